@@ -1,0 +1,183 @@
+"""The cluster as a whole: bring tiers up incrementally, report status, tear everything down."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from localcluster import controlplane, fakenodes, hostnet, images
+from localcluster.layout import HERE, REAL_NODE_NAME, Layout
+from localcluster.node import COMPONENTS as NODE_COMPONENTS
+from localcluster.node import Node
+from localcluster.procs import ProcessError, Processes
+
+# Tools each tier needs built.
+TOOLS = {"A": ("etcd", "k8s"), "B": ("etcd", "k8s", "kwok"), "C": ("etcd", "k8s", "kwok", "coredns")}
+TIER_COMPONENTS = {
+    "A": controlplane.COMPONENTS,
+    "B": (*controlplane.COMPONENTS, "kwok"),
+    "C": (*controlplane.COMPONENTS, "kwok", *NODE_COMPONENTS),
+}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class Tier(enum.StrEnum):
+    A = "A"
+    B = "B"
+    C = "C"
+
+
+def _log(msg: str) -> None:
+    print(f"[cluster] {msg}", flush=True)
+
+
+class Cluster:
+    def __init__(self, layout: Layout | None = None) -> None:
+        self.layout = layout or Layout.from_env()
+        self.procs = Processes(self.layout)
+        self.node = Node(self.layout, self.procs)
+
+    # --- queries --------------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.kubeconfig()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            [str(self.layout.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def running_tier(self) -> Tier | None:
+        """The highest tier whose every component runs."""
+        up = None
+        for tier in Tier:
+            if all(self.procs.running(c) for c in TIER_COMPONENTS[tier]):
+                up = tier
+        return up
+
+    def status(self) -> dict[str, object]:
+        every = TIER_COMPONENTS["C"]
+        return {
+            "tier": self.running_tier(),
+            "components": {c: self.procs.pid(c) for c in every},
+            "kubeconfig": str(self.kubeconfig),
+            "logs": str(self.layout.logs),
+        }
+
+    def check_alive(self) -> None:
+        """Fail loudly, with log tails, if a component that was started has died."""
+        dead = [
+            c
+            for c in TIER_COMPONENTS["C"]
+            if (self.layout.pids / f"{c}.pid").exists() and not self.procs.running(c)
+        ]
+        if dead:
+            from localcluster.procs import log_tail
+
+            tails = "\n".join(f"--- {c}:\n{log_tail(self.procs.log(c))}" for c in dead)
+            raise ClusterError(f"cluster components died: {', '.join(dead)}\n{tails}")
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    def build(self, tier: Tier, with_helm: bool = False) -> None:
+        tools = [*TOOLS[tier], *(["helm"] if with_helm else [])]
+        subprocess.run([str(HERE / "build.sh"), *tools], check=True,
+                       env={**os.environ, "DTJOB_CACHE": str(self.layout.cache)})  # fmt: skip
+
+    def up(self, tier: Tier = Tier.C, fake_nodes: int = 200) -> None:
+        tier = Tier(tier)
+        self.build(tier)
+        self.check_alive()
+        started = time.monotonic()
+        self.layout.state.mkdir(parents=True, exist_ok=True)
+        hostnet.add_loopback_aliases()
+        from localcluster.pki import ensure_pki
+
+        ensure_pki(self.layout)
+        try:
+            step = time.monotonic()
+            controlplane.start(self.layout, self.procs)
+            _log(f"tier A (control plane) ready in {time.monotonic() - step:.1f}s")
+            if tier >= Tier.B:
+                step = time.monotonic()
+                fakenodes.start(self.layout, self.procs)
+                fakenodes.apply_nodes(self.layout, fakenodes.fleet(fake_nodes))
+                self.wait_nodes_ready(fake_nodes, label="type=kwok", timeout=120)
+                _log(
+                    f"tier B (kwok, {fake_nodes} fake GPU nodes Ready) ready in {time.monotonic() - step:.1f}s"
+                )
+            if tier >= Tier.C:
+                step = time.monotonic()
+                self._up_node()
+                _log(f"tier C (real node, DNS, kube-proxy) ready in {time.monotonic() - step:.1f}s")
+        except ProcessError as err:
+            raise ClusterError(str(err)) from err
+        _log(f"tier {tier} up in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
+
+    def _up_node(self) -> None:
+        hostnet.prepare_for_pods()
+        self.node.dir.mkdir(parents=True, exist_ok=True)
+        self.node.start(before_kubelet=self._import_pause)
+        self.kubectl("wait", "--for=condition=Ready", f"node/{REAL_NODE_NAME}", "--timeout=120s")
+
+    def _import_pause(self) -> None:
+        # containerd must already hold the sandbox image when the kubelet asks for one: nothing can pull it.
+        if not self.node.has_image(images.PAUSE_IMAGE):
+            self.node.import_image(images.pause_archive(self.layout))
+
+    def import_image(self, archive: Path) -> None:
+        self.node.import_image(archive)
+
+    def build_image(self, context: Path, image: str) -> None:
+        """Build a Dockerfile into the cluster's containerd (no Docker, no registry)."""
+        self.import_image(images.Buildah(self.layout).build(context, image))
+
+    def wait_nodes_ready(self, count: int, label: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        ready = 0
+        while time.monotonic() < deadline:
+            nodes = json.loads(self.kubectl("get", "nodes", "-l", label, "-o", "json"))["items"]
+            ready = sum(
+                1 for n in nodes
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+            )  # fmt: skip
+            if ready >= count:
+                return
+            self.check_alive()
+            time.sleep(0.5)
+        raise ClusterError(f"only {ready}/{count} nodes with {label} Ready after {timeout:.0f}s")
+
+    def down(self) -> None:
+        started = time.monotonic()
+        if self.procs.running("kube-apiserver") and self.procs.running("kubelet"):
+            # Let the kubelet tear pods down (CNI DEL, unmounts) while it still can.
+            self.kubectl("delete", "pods", "--all-namespaces", "--all", "--grace-period=0", "--force",
+                         "--wait=false", check=False)  # fmt: skip
+            self._wait_no_real_pods(timeout=30)
+        self.node.stop()
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            self.procs.stop(name)
+        hostnet.undo_pod_networking()
+        hostnet.remove_loopback_aliases()
+        shutil.rmtree(self.layout.state, ignore_errors=True)
+        _log(f"down in {time.monotonic() - started:.1f}s")
+
+    def _wait_no_real_pods(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={REAL_NODE_NAME}",
+                               "-o", "name", check=False)  # fmt: skip
+            if not out.strip():
+                return
+            time.sleep(0.5)

@@ -1,0 +1,99 @@
+"""Tier A: etcd, kube-apiserver, kube-controller-manager and kube-scheduler as local processes."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+
+from localcluster.layout import (
+    APISERVER_PORT,
+    ETCD_PEER_PORT,
+    ETCD_PORT,
+    NODE_IP,
+    SERVICE_CIDR,
+    Layout,
+)
+from localcluster.procs import Processes
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def kubectl_ok(layout: Layout, *args: str) -> bool:
+    return (
+        subprocess.run(
+            [str(layout.kubectl), "--kubeconfig", str(layout.kubeconfig()), *args],
+            capture_output=True,
+            timeout=20,
+        ).returncode
+        == 0
+    )
+
+
+def start(layout: Layout, procs: Processes) -> None:
+    pki, state = layout.pki, layout.state
+    etcd_url = f"http://127.0.0.1:{ETCD_PORT}"
+    procs.start(
+        "etcd",
+        [layout.binary("etcd"), "--name", "default", "--data-dir", state / "etcd",
+         "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+         "--listen-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
+         "--initial-cluster", f"default=http://127.0.0.1:{ETCD_PEER_PORT}",
+         "--unsafe-no-fsync", "--log-level", "warn"],  # test cluster: durability is not wanted
+    )  # fmt: skip
+    procs.wait_until("etcd", lambda: urllib.request.urlopen(f"{etcd_url}/health", timeout=2).status == 200,
+                     "etcd /health")  # fmt: skip
+
+    procs.start(
+        "kube-apiserver",
+        [layout.binary("k8s", "kube-apiserver"), f"--etcd-servers={etcd_url}",
+         f"--bind-address={NODE_IP}", f"--advertise-address={NODE_IP}", f"--secure-port={APISERVER_PORT}",
+         f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
+         f"--client-ca-file={pki}/ca.crt",
+         f"--kubelet-client-certificate={pki}/apiserver-kubelet-client.crt",
+         f"--kubelet-client-key={pki}/apiserver-kubelet-client.key",
+         "--kubelet-preferred-address-types=InternalIP",
+         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+         f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
+         f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+         "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
+         "--endpoint-reconciler-type=lease", "--v=1"],
+    )  # fmt: skip
+    procs.wait_until("kube-apiserver", lambda: kubectl_ok(layout, "get", "--raw", "/readyz"), "/readyz",
+                     timeout=120)  # fmt: skip
+
+    kcm = layout.kubeconfig("controller-manager")
+    procs.start(
+        "kube-controller-manager",
+        [layout.binary("k8s", "kube-controller-manager"), f"--kubeconfig={kcm}",
+         f"--authentication-kubeconfig={kcm}", f"--authorization-kubeconfig={kcm}",
+         "--bind-address=127.0.0.1", "--leader-elect=false", "--use-service-account-credentials=true",
+         "--controllers=*", f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
+         f"--cluster-signing-cert-file={pki}/ca.crt", f"--cluster-signing-key-file={pki}/ca.key",
+         f"--service-cluster-ip-range={SERVICE_CIDR}"],
+    )  # fmt: skip
+    sched_conf = state / "scheduler.yaml"
+    sched_conf.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        f"clientConnection: {{kubeconfig: {layout.kubeconfig('scheduler')}}}\nleaderElection: {{leaderElect: false}}\n"
+    )
+    procs.start(
+        "kube-scheduler",
+        [layout.binary("k8s", "kube-scheduler"), f"--config={sched_conf}",
+         f"--authentication-kubeconfig={layout.kubeconfig('scheduler')}",
+         f"--authorization-kubeconfig={layout.kubeconfig('scheduler')}", "--bind-address=127.0.0.1"],
+    )  # fmt: skip
+    # Pods are rejected until the service-account controller has made the default ServiceAccount.
+    procs.wait_until("kube-controller-manager", lambda: kubectl_ok(layout, "-n", "default", "get", "sa", "default"),
+                     "the default ServiceAccount", timeout=60)  # fmt: skip
+    procs.wait_until("kube-scheduler", lambda: urllib.request.urlopen(
+        "https://127.0.0.1:10259/healthz", timeout=2, context=_insecure()).status == 200, "scheduler /healthz")  # fmt: skip
+
+
+def _insecure():  # type: ignore[no-untyped-def]
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx

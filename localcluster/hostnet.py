@@ -1,0 +1,66 @@
+"""Host network plumbing: loopback aliases, sysctls and the rule that keeps pod traffic on this machine."""
+
+from __future__ import annotations
+
+import subprocess
+
+from localcluster.layout import DNS_IP, KWOK_NODE_IP, NODE_IP, POD_BRIDGE, POD_CIDR
+
+LOOPBACK_ALIASES = (NODE_IP, DNS_IP, KWOK_NODE_IP)
+# Pods may reach addresses on this machine, never anything beyond it: drop forwarded traffic from the
+# pod range unless it goes back into the pod bridge. Tagged with a comment so `down` removes exactly it.
+RULE_COMMENT = "dtjob-localcluster: keep pod traffic on this machine"
+CONTAINMENT_RULES = (
+    [
+        "FORWARD",
+        "-s",
+        POD_CIDR,
+        "!",
+        "-o",
+        POD_BRIDGE,
+        "-m",
+        "comment",
+        "--comment",
+        RULE_COMMENT,
+        "-j",
+        "DROP",
+    ],
+)
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), check=check, capture_output=True, text=True)
+
+
+def add_loopback_aliases() -> None:
+    present = _run("ip", "-4", "addr", "show", "dev", "lo").stdout
+    for ip in LOOPBACK_ALIASES:
+        if f" {ip}/32 " not in present:
+            _run("ip", "addr", "add", f"{ip}/32", "dev", "lo")
+
+
+def remove_loopback_aliases() -> None:
+    for ip in LOOPBACK_ALIASES:
+        _run("ip", "addr", "del", f"{ip}/32", "dev", "lo", check=False)
+
+
+def prepare_for_pods() -> None:
+    """Kernel settings the kubelet, the bridge CNI and kube-proxy need; the containment rule first."""
+    _run("modprobe", "br_netfilter", check=False)  # built in on these kernels; harmless otherwise
+    for key in (
+        "net.ipv4.ip_forward",
+        "net.bridge.bridge-nf-call-iptables",
+        "net.bridge.bridge-nf-call-ip6tables",
+    ):
+        _run("sysctl", "-w", f"{key}=1", check=False)
+    _run("mount", "--make-rshared", "/")  # no systemd: / may be private; kubelet needs propagation
+    for rule in CONTAINMENT_RULES:
+        if _run("iptables", "-C", *rule, check=False).returncode != 0:
+            _run("iptables", "-I", *rule)
+
+
+def undo_pod_networking() -> None:
+    for rule in CONTAINMENT_RULES:
+        while _run("iptables", "-C", *rule, check=False).returncode == 0:
+            _run("iptables", "-D", *rule)
+    _run("ip", "link", "del", POD_BRIDGE, check=False)

@@ -1,0 +1,166 @@
+"""Container images without Docker or a registry.
+
+- pause: a static C binary in a one-layer image written by `oci_archive`.
+- base: a Debian rootfs from mmdebstrap (cached by its package list), committed into buildah's storage.
+- Dockerfiles: `buildah bud --isolation chroot --storage-driver vfs` with the base as BASE_IMAGE.
+Every image is imported into the cluster's containerd under a fixed `localhost/NAME:TAG` reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from localcluster.layout import HERE, Layout
+
+PAUSE_IMAGE = "localhost/pause:3.10"
+BASE_PACKAGES = ("python3", "ca-certificates")
+DEBIAN_SUITE = "bookworm"
+
+
+def _log(msg: str) -> None:
+    print(f"[images] {msg}", flush=True)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def oci_archive(layer_tar: Path, name: str, out: Path, entrypoint: list[str], user: str = "") -> Path:
+    """Write a one-layer OCI image archive that `ctr images import` names `name` (containerd 1.6 reads
+    the io.containerd.image.name annotation)."""
+    layer_digest = _sha256_file(layer_tar)
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Entrypoint": entrypoint, "User": user, "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
+        }
+    ).encode()
+    config_digest = hashlib.sha256(config).hexdigest()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": f"sha256:{config_digest}",
+                       "size": len(config)},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{layer_digest}",
+                        "size": layer_tar.stat().st_size}],
+        }
+    ).encode()  # fmt: skip
+    manifest_digest = hashlib.sha256(manifest).hexdigest()
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "digest": f"sha256:{manifest_digest}", "size": len(manifest),
+                           "annotations": {"io.containerd.image.name": name,
+                                           "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}],
+        }
+    ).encode()  # fmt: skip
+    with tarfile.open(out, "w") as tar:
+        for path, data in (
+            ("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'),
+            ("index.json", index),
+            (f"blobs/sha256/{config_digest}", config),
+            (f"blobs/sha256/{manifest_digest}", manifest),
+        ):
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        tar.add(layer_tar, arcname=f"blobs/sha256/{layer_digest}")  # fmt: skip
+    return out
+
+
+def pause_archive(layout: Layout) -> Path:
+    src = HERE / "images" / "pause" / "pause.c"
+    key = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    out = layout.images / f"pause-{key}.oci.tar"
+    if out.exists():
+        return out
+    layout.images.mkdir(parents=True, exist_ok=True)
+    work = layout.images / f"pause-{key}.work"
+    work.mkdir(exist_ok=True)
+    subprocess.run(["gcc", "-Os", "-static", "-o", str(work / "pause"), str(src)], check=True)
+    subprocess.run(["strip", str(work / "pause")], check=True)
+    layer = work / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        tar.add(work / "pause", arcname="pause")
+    oci_archive(layer, PAUSE_IMAGE, out, entrypoint=["/pause"], user="65535:65535")
+    return out
+
+
+def base_rootfs(layout: Layout) -> Path:
+    """A minimal Debian rootfs with Python, built once per package list (mmdebstrap, ~30 s)."""
+    key = hashlib.sha256(f"{DEBIAN_SUITE}:{','.join(BASE_PACKAGES)}".encode()).hexdigest()[:12]
+    out = layout.images / f"debian-{DEBIAN_SUITE}-python-{key}.tar"
+    if out.exists():
+        return out
+    layout.images.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    _log(f"building the base rootfs {out.name} with mmdebstrap")
+    partial = out.with_suffix(".partial")
+    subprocess.run(
+        ["mmdebstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "--format=tar",
+         DEBIAN_SUITE, str(partial), "/etc/apt/sources.list.d/debian.sources"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    partial.rename(out)
+    _log(f"base rootfs ready in {time.monotonic() - start:.0f}s")
+    return out
+
+
+class Buildah:
+    """buildah with its own vfs storage under the cache (no daemon, no registry, chroot isolation)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.root = layout.cache / "buildah"
+        self.layout = layout
+
+    def _run(self, *args: str, capture: bool = True) -> str:
+        cmd = ["buildah", "--root", str(self.root / "root"), "--runroot", str(self.root / "run"),
+               "--storage-driver", "vfs", *args]  # fmt: skip
+        proc = subprocess.run(cmd, check=False, capture_output=capture, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc.stdout.strip() if capture else ""
+
+    def has(self, image: str) -> bool:
+        try:
+            self._run("inspect", "--type", "image", image)
+            return True
+        except RuntimeError:
+            return False
+
+    def base_image(self) -> str:
+        rootfs = base_rootfs(self.layout)
+        image = f"localhost/dtjob-base:{rootfs.stem.rsplit('-', 1)[-1]}"
+        if not self.has(image):
+            ctr = self._run("from", "scratch")
+            self._run("add", ctr, str(rootfs), "/")
+            self._run("config", "--env", "PATH=/usr/local/bin:/usr/bin:/bin", "--env", "LANG=C.UTF-8", ctr)
+            self._run("commit", "--rm", ctr, image)
+        return image
+
+    def build(self, context: Path, image: str, dockerfile: Path | None = None) -> Path:
+        """Build `context`'s Dockerfile on the local base image; return a docker-archive for containerd."""
+        start = time.monotonic()
+        base = self.base_image()
+        self._run("bud", "--isolation", "chroot", "--layers=false", "--pull=never",
+                  "--build-arg", f"BASE_IMAGE={base}", "-f", str(dockerfile or context / "Dockerfile"),
+                  "-t", image, str(context), capture=False)  # fmt: skip
+        out = self.layout.images / f"{image.replace('/', '_').replace(':', '_')}.docker.tar"
+        out.unlink(missing_ok=True)
+        self._run("push", image, f"docker-archive:{out}:{image}")
+        _log(f"built {image} from {context} in {time.monotonic() - start:.0f}s")
+        return out

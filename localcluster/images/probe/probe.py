@@ -1,0 +1,57 @@
+"""Network probe run inside test pods.
+
+serve PORT             answer every TCP connection with this pod's hostname
+ask HOST PORT TIMEOUT  resolve HOST (retrying until TIMEOUT) and print what HOST's server answers
+https URL TIMEOUT      GET URL with the pod's service-account token; print the HTTP status
+"""
+
+import json
+import socket
+import ssl
+import sys
+import time
+import urllib.request
+
+
+def serve(port: int) -> None:
+    with socket.create_server(("", port)) as server:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(socket.gethostname().encode())
+
+
+def ask(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            addr = socket.gethostbyname(host)
+            with socket.create_connection((addr, port), timeout=5) as conn:
+                print(json.dumps({"host": host, "addr": addr, "answer": conn.recv(256).decode()}), flush=True)
+                return
+        except OSError as err:
+            if time.monotonic() > deadline:
+                sys.exit(f"{host}:{port} not reachable in {timeout}s: {err}")
+            time.sleep(0.5)
+
+
+def https(url: str, timeout: float) -> None:
+    sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+    with open(f"{sa}/token") as f:
+        token = f.read()
+    ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+        print(json.dumps({"url": url, "status": resp.status}), flush=True)
+
+
+if __name__ == "__main__":
+    cmd, *args = sys.argv[1:]
+    if cmd == "serve":
+        serve(int(args[0]))
+    elif cmd == "ask":
+        ask(args[0], int(args[1]), float(args[2]))
+    elif cmd == "https":
+        https(args[0], float(args[1]))
+    else:
+        sys.exit(f"unknown command {cmd}")
