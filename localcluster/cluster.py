@@ -158,6 +158,16 @@ class Cluster:
             time.sleep(0.5)
         raise ClusterError(f"only {ready}/{count} nodes with {label} Ready after {timeout:.0f}s")
 
+    def wait_node_schedulable(self, name: str, timeout: float) -> None:
+        """Wait until the node lifecycle controller has lifted the not-ready taint of a new node."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            taints = json.loads(self.kubectl("get", "node", name, "-o", "json"))["spec"].get("taints", [])
+            if not any(t["key"].startswith("node.kubernetes.io/") for t in taints):
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"node {name} still has node.kubernetes.io taints after {timeout:.0f}s")
+
     def down(self) -> None:
         started = time.monotonic()
         if self.procs.running("kube-apiserver") and self.procs.running("kubelet"):

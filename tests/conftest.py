@@ -1,0 +1,83 @@
+"""Session fixtures: the real local cluster at the tier a test needs, and a namespace per test.
+
+A test asks for `cluster_a`, `cluster_b` or `cluster_c`. The fixture brings the cluster up to that tier
+(incrementally, reusing the build cache) and, if this session started it, takes it down at the end unless
+DTJOB_KEEP_CLUSTER=1. A component that died fails the test loudly with its log tail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+
+from localcluster import Cluster, Tier
+
+TIER_ORDER = [Tier.A, Tier.B, Tier.C]
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[Cluster]:
+    cluster = Cluster()
+    was_running = cluster.running_tier() is not None
+    yield cluster
+    if not was_running and os.environ.get("DTJOB_KEEP_CLUSTER") != "1":
+        cluster.down()
+
+
+def _at_tier(cluster: Cluster, tier: Tier) -> Cluster:
+    running = cluster.running_tier()
+    if running is None or TIER_ORDER.index(running) < TIER_ORDER.index(tier):
+        cluster.up(tier)
+    cluster.check_alive()
+    return cluster
+
+
+@pytest.fixture
+def cluster_a(local_cluster: Cluster) -> Cluster:
+    return _at_tier(local_cluster, Tier.A)
+
+
+@pytest.fixture
+def cluster_b(local_cluster: Cluster) -> Cluster:
+    return _at_tier(local_cluster, Tier.B)
+
+
+@pytest.fixture
+def cluster_c(local_cluster: Cluster) -> Cluster:
+    return _at_tier(local_cluster, Tier.C)
+
+
+@pytest.fixture(scope="session")
+def api_client(local_cluster: Cluster) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+
+
+@pytest.fixture
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(local_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting: the cluster collects it)."""
+    # Tier fixtures run first so the apiserver exists before we create the namespace.
+    for name in ("cluster_c", "cluster_b", "cluster_a"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
+            break
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(local_cluster.kubeconfig)))
+    name = f"t-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
+    name = "".join(ch for ch in name if ch.isalnum() or ch == "-")
+    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # Pods are rejected until the namespace's default ServiceAccount exists.
+    from tests.waiting import wait_for
+
+    wait_for(
+        lambda: api.read_namespaced_service_account("default", name), f"sa/default in {name}", timeout=30
+    )
+    yield name
+    api.delete_namespace(name)

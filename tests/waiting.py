@@ -1,0 +1,26 @@
+"""Polling with a deadline: the only way tests wait (never a fixed sleep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0, interval: float = 0.2) -> T:
+    """Call `probe` until it returns a truthy value (returned) or raises nothing and time runs out."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+        except Exception as err:  # the thing is not there yet (404, connection refused, ...)
+            last_error = err
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
