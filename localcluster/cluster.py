@@ -98,7 +98,10 @@ class Cluster:
     def up(self, tier: Tier = Tier.C, fake_nodes: int = 200) -> None:
         tier = Tier(tier)
         self.build(tier)
-        self.check_alive()
+        try:
+            self.check_alive()
+        except ClusterError as err:  # `up` restarts what died, after saying so
+            _log(f"restarting dead components: {err}")
         started = time.monotonic()
         self.layout.state.mkdir(parents=True, exist_ok=True)
         hostnet.add_loopback_aliases()

@@ -12,6 +12,7 @@ from localcluster.layout import (
     NODE_IP,
     SERVICE_CIDR,
     Layout,
+    write_if_changed,
 )
 from localcluster.procs import Processes
 
@@ -73,9 +74,10 @@ def start(layout: Layout, procs: Processes) -> None:
          f"--service-cluster-ip-range={SERVICE_CIDR}"],
     )  # fmt: skip
     sched_conf = state / "scheduler.yaml"
-    sched_conf.write_text(
+    write_if_changed(
+        sched_conf,
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-        f"clientConnection: {{kubeconfig: {layout.kubeconfig('scheduler')}}}\nleaderElection: {{leaderElect: false}}\n"
+        f"clientConnection: {{kubeconfig: {layout.kubeconfig('scheduler')}}}\nleaderElection: {{leaderElect: false}}\n",
     )
     procs.start(
         "kube-scheduler",

@@ -63,7 +63,7 @@ def gpu_node(index: int, accelerator: str = DEFAULT_ACCELERATOR, gpus: int = 8, 
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {FAKE_NODE_ANNOTATION: "fake"},
         },
         "spec": {"taints": taints},
         "status": {"capacity": resources, "allocatable": resources},
@@ -79,8 +79,10 @@ def apply_nodes(layout: Layout, nodes: list[dict]) -> None:
     if not nodes:
         return
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
-    subprocess.run(
+    proc = subprocess.run(
         [str(layout.kubectl), "--kubeconfig", str(layout.kubeconfig()), "apply", "--server-side",
          "--field-manager=dtjob-localcluster", "-f", "-"],
-        input=body.encode(), check=True, capture_output=True,
+        input=body.encode(), capture_output=True,
     )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"applying {len(nodes)} fake nodes failed: {proc.stderr.decode()}")

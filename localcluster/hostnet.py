@@ -46,7 +46,6 @@ def remove_loopback_aliases() -> None:
 
 def prepare_for_pods() -> None:
     """Kernel settings the kubelet, the bridge CNI and kube-proxy need; the containment rule first."""
-    _run("modprobe", "br_netfilter", check=False)  # built in on these kernels; harmless otherwise
     for key in (
         "net.ipv4.ip_forward",
         "net.bridge.bridge-nf-call-iptables",

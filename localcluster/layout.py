@@ -75,3 +75,10 @@ class Layout:
 
     def kubeconfig(self, user: str = "admin") -> Path:
         return self.state / f"{user}.kubeconfig"
+
+
+def write_if_changed(path: Path, text: str) -> Path:
+    """Components watch their config files (kube-proxy exits when its file changes): leave equal ones be."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path

@@ -9,7 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from localcluster.images import PAUSE_IMAGE
-from localcluster.layout import DNS_IP, NODE_IP, POD_BRIDGE, POD_CIDR, REAL_NODE_NAME, Layout
+from localcluster.layout import (
+    DNS_IP,
+    NODE_IP,
+    POD_BRIDGE,
+    POD_CIDR,
+    REAL_NODE_NAME,
+    Layout,
+    write_if_changed,
+)
 from localcluster.procs import Processes
 
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns")
@@ -47,7 +55,8 @@ class Node:
     # --- containerd -----------------------------------------------------------------------------------
     def _start_containerd(self) -> None:
         conf = self.dir / "containerd.toml"
-        conf.write_text(
+        write_if_changed(
+            conf,
             f"""version = 2
 root = "{self.containerd_root}"
 state = "{self.dir / "containerd-state"}"
@@ -55,6 +64,9 @@ state = "{self.dir / "containerd-state"}"
   address = "{self.socket}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
+  # The kubelet asks for oom_score_adj -998 on sandboxes; root here may not lower it (no CAP_SYS_RESOURCE
+  # over the VM's init), so runc failed with "failed to update /proc/self/oom_score_adj". Clamp instead.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -65,7 +77,7 @@ state = "{self.dir / "containerd-state"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{self.cni_conf_dir}"
-"""
+""",
         )
         self.procs.start("containerd", ["containerd", "--config", conf])
         self.procs.wait_until("containerd", lambda: self.ctr("version").returncode == 0, "containerd socket")
@@ -89,14 +101,15 @@ state = "{self.dir / "containerd-state"}"
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }  # fmt: skip
-        (self.cni_conf_dir / "10-dtjob.conflist").write_text(json.dumps(conflist, indent=2))
+        write_if_changed(self.cni_conf_dir / "10-dtjob.conflist", json.dumps(conflist, indent=2))
 
     # --- kubelet --------------------------------------------------------------------------------------
     def _start_kubelet(self) -> None:
         resolv = self.dir / "resolv.conf"
-        resolv.write_text(f"nameserver {DNS_IP}\n")
+        write_if_changed(resolv, f"nameserver {DNS_IP}\n")
         conf = self.dir / "kubelet.yaml"
-        conf.write_text(
+        write_if_changed(
+            conf,
             f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: {NODE_IP}
@@ -121,7 +134,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}}
 maxPods: 110
 runtimeRequestTimeout: 10m
-"""
+""",
         )
         self.procs.start(
             "kubelet",
@@ -137,7 +150,8 @@ runtimeRequestTimeout: 10m
     # --- kube-proxy -----------------------------------------------------------------------------------
     def _start_kube_proxy(self) -> None:
         conf = self.dir / "kube-proxy.yaml"
-        conf.write_text(
+        write_if_changed(
+            conf,
             f"""apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {{kubeconfig: {self.layout.kubeconfig("kube-proxy")}}}
@@ -147,7 +161,7 @@ clusterCIDR: {POD_CIDR}
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
-"""
+""",
         )
         self.procs.start("kube-proxy", [self.layout.binary("k8s", "kube-proxy"), f"--config={conf}"])
         self.procs.wait_until(
@@ -159,7 +173,8 @@ conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
     def _start_coredns(self) -> None:
         corefile = self.dir / "Corefile"
         # No `forward`: names outside cluster.local fail fast instead of leaving the machine.
-        corefile.write_text(
+        write_if_changed(
+            corefile,
             f""".:53 {{
     bind {DNS_IP}
     errors
@@ -174,7 +189,7 @@ conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
     cache 5
     loop
 }}
-"""
+""",
         )
         self.procs.start("coredns", [self.layout.binary("coredns"), "-conf", corefile])
         self.procs.wait_until(

@@ -6,8 +6,7 @@ from typing import Any
 
 from kubernetes import client
 
-from localcluster import Cluster
-from localcluster import sim
+from localcluster import Cluster, sim
 from tests.waiting import wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -2,6 +2,7 @@
 
 serve PORT             answer every TCP connection with this pod's hostname
 ask HOST PORT TIMEOUT  resolve HOST (retrying until TIMEOUT) and print what HOST's server answers
+pair HOST PORT TIMEOUT serve PORT and ask HOST; exit once both the question and the answer went through
 https URL TIMEOUT      GET URL with the pod's service-account token; print the HTTP status
 """
 
@@ -9,16 +10,27 @@ import json
 import socket
 import ssl
 import sys
+import threading
 import time
 import urllib.request
 
 
-def serve(port: int) -> None:
+def serve(port: int, answered: threading.Event | None = None) -> None:
     with socket.create_server(("", port)) as server:
         while True:
             conn, _ = server.accept()
             with conn:
                 conn.sendall(socket.gethostname().encode())
+            if answered is not None:
+                answered.set()
+
+
+def pair(host: str, port: int, timeout: float) -> None:
+    answered = threading.Event()
+    threading.Thread(target=serve, args=(port, answered), daemon=True).start()
+    ask(host, port, timeout)
+    if not answered.wait(timeout):
+        sys.exit(f"{host} never asked us within {timeout}s")
 
 
 def ask(host: str, port: int, timeout: float) -> None:
@@ -51,6 +63,8 @@ if __name__ == "__main__":
         serve(int(args[0]))
     elif cmd == "ask":
         ask(args[0], int(args[1]), float(args[2]))
+    elif cmd == "pair":
+        pair(args[0], int(args[1]), float(args[2]))
     elif cmd == "https":
         https(args[0], float(args[1]))
     else:
