@@ -63,3 +63,7 @@ def undo_pod_networking() -> None:
         while _run("iptables", "-C", *rule, check=False).returncode == 0:
             _run("iptables", "-D", *rule)
     _run("ip", "link", "del", POD_BRIDGE, check=False)
+    # The kubelet's canary chains (kube-proxy --cleanup removes the proxy's own).
+    for table in ("mangle", "nat", "filter"):
+        if _run("iptables", "-t", table, "-F", "KUBE-KUBELET-CANARY", check=False).returncode == 0:
+            _run("iptables", "-t", table, "-X", "KUBE-KUBELET-CANARY", check=False)

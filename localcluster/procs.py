@@ -42,7 +42,11 @@ class Processes:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         except (FileNotFoundError, ValueError, ProcessLookupError):
             return None
-        return pid if cmdline == exe.strip() else None
+        # subprocess uses vfork: the parent resumes while a large binary's execve is still setting up
+        # its arguments, so an empty cmdline on a live (non-zombie) process means "starting".
+        if cmdline == exe.strip() or (cmdline == "" and _alive(pid)):
+            return pid
+        return None
 
     def running(self, name: str) -> bool:
         return self.pid(name) is not None
