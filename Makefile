@@ -1,0 +1,49 @@
+# dtjob — the commands a developer and CI run. See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TIER ?= C
+
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd test test-unit test-cluster demo
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+deps: ## Debian packages the local cluster needs (containerd, runc, CNI plugins, buildah, mmdebstrap)
+	@bash hack/install-deps.sh
+
+venv: $(VENV)/.installed ## Python virtualenv with the operator, the trainer runtime and dev tools
+$(VENV)/.installed: pyproject.toml trainer-images/runtime/pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,trainer]' -e trainer-images/runtime
+	@touch $@
+
+build: ## Build the cluster's Go components into the cache (once per pinned version)
+	@localcluster/build.sh etcd k8s kwok coredns helm
+
+cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C)
+	$(PY) -m localcluster up --tier $(TIER)
+
+cluster-down: venv ## Stop the local cluster and remove all its state
+	$(PY) -m localcluster down
+
+cluster-status: venv
+	$(PY) -m localcluster status
+
+lint: venv ## ruff, mypy --strict, import contracts, generated files up to date
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/dtjob crd --check
+
+crd: venv ## Regenerate crds/ from the API models
+	$(VENV)/bin/dtjob crd
+
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
+
+test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster, integration and e2e tests
+	$(PY) -m pytest -q -ra --durations=15

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages the local cluster and image builds need; installs only what is missing.
+set -euo pipefail
+packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah gcc libc6-dev iproute2 openssl)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] Debian packages present"
+  exit 0
+fi
+echo "[deps] installing: ${missing[*]}"
+start=$SECONDS
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "[deps] installed in $((SECONDS - start))s"

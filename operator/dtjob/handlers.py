@@ -1,0 +1,97 @@
+"""The only Kopf adapter: one long-lived loop per job, woken by its pods and its own changes.
+
+Level-triggered: every pass reads the job and its children afresh, calls the pure `reconcile`, and
+executes the resulting Plan. Pod and job events only wake the job's loop early; a periodic resync covers
+anything missed (a lost watch event, an operator restart). All state that must survive a restart (the
+attempt, restart counters) lives in the job's status, never in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from dtjob.api import GROUP, PLURAL, VERSION
+from dtjob.kube import io
+from dtjob.names import JOB_NAME_LABEL
+from dtjob.plan import reconcile
+
+RESYNC_SECONDS = 30.0
+# Requeue soon after a failed pass (API hiccup) instead of waiting for the resync.
+ERROR_RETRY_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+
+
+def _wakeups(memo: kopf.Memo) -> dict[JobKey, asyncio.Event]:
+    wakeups: dict[JobKey, asyncio.Event] = memo.setdefault("wakeups", {})
+    return wakeups
+
+
+def _wake(memo: kopf.Memo, namespace: str | None, name: str | None) -> None:
+    if namespace and name and (event := _wakeups(memo).get((namespace, name))):
+        event.set()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # Idle watches can silently stop delivering events (nolar/kopf#698): reconnect regularly.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    # Our own Events say what happened; Kopf's per-handler events would only be noise.
+    settings.posting.enabled = False
+
+
+@kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    _wake(memo, namespace, name)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    wakeup = _wakeups(memo).setdefault((namespace, name), asyncio.Event())
+    try:
+        while not stopped:
+            wakeup.clear()
+            delay = await reconcile_once(namespace, name)
+            try:
+                await asyncio.wait_for(wakeup.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+    finally:
+        _wakeups(memo).pop((namespace, name), None)
+
+
+async def reconcile_once(namespace: str, name: str) -> float:
+    """One pass; returns how long to wait before the next unless something wakes the loop earlier."""
+    try:
+        return await asyncio.to_thread(_reconcile_blocking, namespace, name)
+    except Exception:  # a failed pass must not kill the job's loop; the next one starts afresh
+        log.exception("reconcile of %s/%s failed; retrying in %ss", namespace, name, ERROR_RETRY_SECONDS)
+        return ERROR_RETRY_SECONDS
+
+
+def _reconcile_blocking(namespace: str, name: str) -> float:
+    job = io.read_job(namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return RESYNC_SECONDS
+    plan = reconcile(job, io.children_of(namespace, job), datetime.now(UTC))
+    io.execute(job, plan)
+    if plan.requeue_after is not None:
+        return max(0.1, min(plan.requeue_after, RESYNC_SECONDS))
+    return RESYNC_SECONDS
