@@ -33,15 +33,17 @@ build() {
   echo "[build] $tool: building ${*##*/} into $out (cold builds take minutes; log: $out.log)"
   mkdir -p "$out"
   local start=$SECONDS
-  (
-    cd "$here/gomod/$tool"
-    go mod download
-    # A ticker so a long cold build shows it is alive.
-    (while sleep 60; do echo "[build] $tool: still building, $((SECONDS - start))s"; done) &
-    ticker=$!
-    trap 'kill $ticker 2>/dev/null' EXIT
-    go build -p "$jobs" -ldflags "$ldflags" -o "$out/" "$@"
-  ) >"$out.log" 2>&1 || { echo "[build] $tool FAILED after $((SECONDS - start))s:"; tail -n 30 "$out.log"; exit 1; }
+  # A ticker on the terminal so a long cold build shows it is alive.
+  (while sleep 60; do echo "[build] $tool: still building, $((SECONDS - start))s"; done) &
+  local ticker=$!
+  if ! (cd "$here/gomod/$tool" && go mod download && go build -p "$jobs" -ldflags "$ldflags" -o "$out/" "$@") \
+      >"$out.log" 2>&1; then
+    kill "$ticker" 2>/dev/null
+    echo "[build] $tool FAILED after $((SECONDS - start))s:"
+    tail -n 30 "$out.log"
+    exit 1
+  fi
+  kill "$ticker" 2>/dev/null
   touch "$out/.complete"
   echo "[build] $tool: done in $((SECONDS - start))s"
 }
