@@ -1,0 +1,34 @@
+{{- define "dtjob.name" -}}dtjob-operator{{- end -}}
+{{- define "dtjob.fullname" -}}{{ .Release.Name | trunc 40 | trimSuffix "-" }}-dtjob-operator{{- end -}}
+{{- define "dtjob.labels" -}}
+app.kubernetes.io/name: {{ include "dtjob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+{{- define "dtjob.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dtjob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "dtjob.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ include "dtjob.fullname" . }}{{- else -}}{{ required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}{{- end -}}
+{{- end -}}
+{{/* The rules the operator needs in each namespace it watches. No `*` verbs, no Secrets. */}}
+{{- define "dtjob.namespacedRules" -}}
+- apiGroups: [training.dtjob.io]
+  resources: [distributedtrainingjobs]
+  verbs: [get, list, watch, patch, update, delete]
+- apiGroups: [training.dtjob.io]
+  resources: [distributedtrainingjobs/status]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [pods, services]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
