@@ -142,9 +142,9 @@ class Cluster:
     def import_image(self, archive: Path) -> None:
         self.node.import_image(archive)
 
-    def build_image(self, context: Path, image: str) -> None:
+    def build_image(self, context: Path, image: str, dockerfile: Path | None = None) -> None:
         """Build a Dockerfile into the cluster's containerd (no Docker, no registry)."""
-        self.import_image(images.Buildah(self.layout).build(context, image))
+        self.import_image(images.Buildah(self.layout).build(context, image, dockerfile))
 
     def wait_nodes_ready(self, count: int, label: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -19,7 +19,8 @@ from pathlib import Path
 from localcluster.layout import HERE, Layout
 
 PAUSE_IMAGE = "localhost/pause:3.10"
-BASE_PACKAGES = ("python3", "ca-certificates")
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 DEBIAN_SUITE = "bookworm"
 
 
@@ -156,7 +157,10 @@ class Buildah:
         """Build `context`'s Dockerfile on the local base image; return a docker-archive for containerd."""
         start = time.monotonic()
         base = self.base_image()
-        self._run("bud", "--isolation", "chroot", "--layers=false", "--pull=never",
+        # Package registries are reached through a TLS proxy whose CA only the host's bundle holds:
+        # lend that bundle to RUN steps (a build-time mount, never part of the image).
+        ca = ["--volume", f"{HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"] if Path(HOST_CA_BUNDLE).exists() else []
+        self._run("bud", "--isolation", "chroot", "--layers=false", "--pull=never", *ca,
                   "--build-arg", f"BASE_IMAGE={base}", "-f", str(dockerfile or context / "Dockerfile"),
                   "-t", image, str(context), capture=False)  # fmt: skip
         out = self.layout.images / f"{image.replace('/', '_').replace(':', '_')}.docker.tar"
