@@ -11,10 +11,14 @@ import os
 import uuid
 from collections.abc import Iterator
 
-import pytest
-from kubernetes import client, config
-
 from localcluster import Cluster, Tier
+from localcluster.layout import Layout
+
+# The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
+os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
+
+import pytest  # noqa: E402
+from kubernetes import client, config  # noqa: E402
 
 TIER_ORDER = [Tier.A, Tier.B, Tier.C]
 

@@ -9,12 +9,16 @@ attempt, restart counters) lives in the job's status, never in memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from dtjob import metrics
 from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube import io
 from dtjob.names import JOB_NAME_LABEL
@@ -50,6 +54,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 60
     # Our own Events say what happened; Kopf's per-handler events would only be noise.
     settings.posting.enabled = False
+    if port := os.environ.get("DTJOB_METRICS_PORT"):
+        metrics.serve(int(port))
 
 
 @kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -63,35 +69,43 @@ def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: A
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def run_job(
+    name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
+    assert namespace is not None, "DistributedTrainingJob is namespaced"
     wakeup = _wakeups(memo).setdefault((namespace, name), asyncio.Event())
     try:
         while not stopped:
             wakeup.clear()
             delay = await reconcile_once(namespace, name)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout=delay)
-            except TimeoutError:
-                pass
     finally:
         _wakeups(memo).pop((namespace, name), None)
+        metrics.JOB_PHASES.forget(namespace, name)
 
 
 async def reconcile_once(namespace: str, name: str) -> float:
     """One pass; returns how long to wait before the next unless something wakes the loop earlier."""
+    start = time.monotonic()
     try:
         return await asyncio.to_thread(_reconcile_blocking, namespace, name)
     except Exception:  # a failed pass must not kill the job's loop; the next one starts afresh
+        metrics.RECONCILE_ERRORS.inc()
         log.exception("reconcile of %s/%s failed; retrying in %ss", namespace, name, ERROR_RETRY_SECONDS)
         return ERROR_RETRY_SECONDS
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
 
 
 def _reconcile_blocking(namespace: str, name: str) -> float:
     job = io.read_job(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return RESYNC_SECONDS
-    plan = reconcile(job, io.children_of(namespace, job), datetime.now(UTC))
+    now = datetime.now(UTC)
+    plan = reconcile(job, io.children_of(namespace, job), now)
     io.execute(job, plan)
+    metrics.record_pass(job, plan.status, now)
     if plan.requeue_after is not None:
         return max(0.1, min(plan.requeue_after, RESYNC_SECONDS))
     return RESYNC_SECONDS

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 def read_job(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        job: dict[str, Any] = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        job = cast(
+            dict[str, Any], custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        )
     except client.ApiException as err:
         if err.status == 404:
             return None
@@ -57,7 +59,9 @@ def apply(obj: Mapping[str, Any]) -> None:
     api = core()
     kind = obj["kind"]
     patch = {"Pod": api.patch_namespaced_pod, "Service": api.patch_namespaced_service}[kind]
-    patch(name, namespace, obj, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE)
+    patch(
+        name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
+    )
 
 
 def delete(namespace: str, op: Delete) -> None:
@@ -77,7 +81,9 @@ def delete(namespace: str, op: Delete) -> None:
 
 
 def patch_status(namespace: str, name: str, status: Mapping[str, Any]) -> None:
-    custom().patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+    custom().patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+    )
 
 
 def delete_job(namespace: str, name: str, uid: str) -> None:
@@ -107,7 +113,9 @@ def post_event(job: Mapping[str, Any], event: Event) -> None:
     try:
         core().create_namespaced_event(meta["namespace"], body)
     except client.ApiException as err:  # events are best effort: never fail a reconcile over one
-        log.warning("could not post event %s on %s/%s: %s", event.reason, meta["namespace"], meta["name"], err.reason)
+        log.warning(
+            "could not post event %s on %s/%s: %s", event.reason, meta["namespace"], meta["name"], err.reason
+        )
 
 
 def execute(job: Mapping[str, Any], plan: Plan) -> None:

@@ -1,0 +1,386 @@
+"""The spec of a DistributedTrainingJob: what the user asks for (docs/api.md is generated from this).
+
+Pod templates and volume sources stay opaque dicts: the apiserver validates the pods we create from
+them, and hand-modelling PodSpec would only drift from Kubernetes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
+
+from dtjob.api.identity import MAX_REPLICA_COUNT
+from dtjob.api.rules import Rule, WireModel, list_map, reject_duplicates
+
+
+class Framework(StrEnum):
+    """The training framework; it decides how the rendezvous is wired."""
+
+    PYTORCH = "PyTorch"
+    TENSORFLOW = "TensorFlow"
+
+
+class Role(StrEnum):
+    """A replica role. PyTorch: Master, Worker. TensorFlow: Chief, Worker, PS, Evaluator."""
+
+    MASTER = "Master"
+    WORKER = "Worker"
+    CHIEF = "Chief"
+    PS = "PS"
+    EVALUATOR = "Evaluator"
+
+
+# The roles of each framework, in rank order: rank 0 is the first pod of the first role present.
+FRAMEWORK_ROLES: Final[dict[Framework, tuple[Role, ...]]] = {
+    Framework.PYTORCH: (Role.MASTER, Role.WORKER),
+    Framework.TENSORFLOW: (Role.CHIEF, Role.WORKER, Role.PS, Role.EVALUATOR),
+}
+# A job needs one of these to have a rank 0 (the coordinator, or worker 0 when there is none).
+RANK_ZERO_ROLES: Final[dict[Framework, tuple[Role, ...]]] = {
+    Framework.PYTORCH: (Role.MASTER, Role.WORKER),
+    Framework.TENSORFLOW: (Role.CHIEF, Role.WORKER),
+}
+SINGLETON_ROLES: Final = (Role.MASTER, Role.CHIEF, Role.EVALUATOR)
+# Roles that run collectives on GPUs: they get the accelerator and the NCCL wiring. PS and Evaluator
+# are CPU-side helpers in TensorFlow's strategies.
+GPU_ROLES: Final = frozenset({Role.MASTER, Role.WORKER, Role.CHIEF})
+
+
+class NcclProfileName(StrEnum):
+    """How NCCL reaches other nodes. Auto picks from accelerator.type: nvidia-h100-80gb (A3 High) ->
+    GPUDirectTCPX, nvidia-h100-mega-80gb (A3 Mega) -> GPUDirectTCPXO, nvidia-h200-141gb (A3 Ultra) and
+    nvidia-b200 (A4) -> RDMA, anything else (or no accelerator) -> TCP."""
+
+    AUTO = "Auto"
+    TCP = "TCP"
+    GPUDIRECT_TCPX = "GPUDirectTCPX"
+    GPUDIRECT_TCPXO = "GPUDirectTCPXO"
+    RDMA = "RDMA"
+
+
+class NcclDebug(StrEnum):
+    """NCCL_DEBUG: how much NCCL logs."""
+
+    VERSION = "VERSION"
+    WARN = "WARN"
+    INFO = "INFO"
+    TRACE = "TRACE"
+
+
+class RestartPolicy(StrEnum):
+    """What a failed pod does to the gang. OnFailure: restart the whole gang (up to backoffLimit).
+    ExitCode: restart on exit codes >= 128 (signals, and the trainer's "preempted, checkpoint saved"
+    code), fail on 1-127. Never: any failure fails the job. Preemptions always restart the gang (up to
+    maxPreemptions)."""
+
+    ON_FAILURE = "OnFailure"
+    EXIT_CODE = "ExitCode"
+    NEVER = "Never"
+
+
+class CleanPodPolicy(StrEnum):
+    """Which pods are deleted when the job finishes: Running (those not finished), All, or None."""
+
+    RUNNING = "Running"
+    ALL = "All"
+    NONE = "None"
+
+
+class SuccessPolicy(StrEnum):
+    """When the job has succeeded. RankZero: the rank-0 pod (Master, Chief, else Worker 0) succeeded.
+    AllWorkers: every Worker pod succeeded."""
+
+    RANK_ZERO = "RankZero"
+    ALL_WORKERS = "AllWorkers"
+
+
+def _has_containers(template: dict[str, Any]) -> bool:
+    spec = template.get("spec")
+    return isinstance(spec, dict) and isinstance(spec.get("containers"), list) and bool(spec["containers"])
+
+
+_OPAQUE: Final[dict[str, Any]] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+TEMPLATE_HAS_CONTAINERS: Final = Rule(
+    cel="has(self.spec) && has(self.spec.containers) && self.spec.containers.size() > 0",
+    message="spec.replicas[].template.spec.containers must list at least one container",
+)
+
+
+def _require_containers(template: dict[str, Any]) -> dict[str, Any]:
+    if not _has_containers(template):
+        raise ValueError(TEMPLATE_HAS_CONTAINERS.message)
+    return template
+
+
+# A PodTemplateSpec, opaque except for `spec.containers`, which is declared so that CEL can see it.
+PodTemplate = Annotated[
+    dict[str, Any],
+    AfterValidator(_require_containers),
+    WithJsonSchema(
+        {
+            **_OPAQUE,
+            "description": "A PodTemplateSpec (metadata and spec) for this role's pods. The container named "
+            '"trainer" (else the first one) receives the rendezvous environment, ports and mounts.',
+            "properties": {
+                "spec": {
+                    **_OPAQUE,
+                    "properties": {"containers": {"type": "array", "items": _OPAQUE}},
+                }
+            },
+            "x-kubernetes-validations": [TEMPLATE_HAS_CONTAINERS.as_validation()],
+        }
+    ),
+]
+# A core/v1 VolumeSource (persistentVolumeClaim, csi for GCS FUSE, hostPath, ...), kept opaque.
+VolumeSource = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            **_OPAQUE,
+            "description": "A VolumeSource (e.g. persistentVolumeClaim for Filestore, csi for GCS FUSE, "
+            "hostPath in tests), mounted at checkpoint.path in every pod.",
+        }
+    ),
+]
+EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
+Quantity = Annotated[
+    str, Field(max_length=64, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ReplicaSpec(WireModel):
+    """One role of the gang: how many pods, and the template they are made from."""
+
+    role: Role
+    """The role; a role appears at most once in spec.replicas."""
+    count: Annotated[int, Field(ge=1, le=MAX_REPLICA_COUNT)] = 1
+    """Number of pods of this role (1 for Master, Chief and Evaluator)."""
+    template: PodTemplate
+
+    rules = (
+        Rule(
+            cel="!(self.role in ['Master', 'Chief', 'Evaluator']) || !has(self.count) || self.count == 1",
+            message="spec.replicas[].count must be 1 for the Master, Chief and Evaluator roles",
+            holds=lambda r: r.role not in SINGLETON_ROLES or r.count == 1,
+        ),
+    )
+
+
+class Accelerator(WireModel):
+    """GKE GPU wiring for the GPU roles (Master, Worker, Chief)."""
+
+    type: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    """GPU model as GKE labels nodes (cloud.google.com/gke-accelerator), e.g. nvidia-h100-80gb, nvidia-l4."""
+    count: Annotated[int, Field(ge=1, le=16)] = 1
+    """GPUs per pod (nvidia.com/gpu requests and limits); also torchrun's processes per pod under nprocPerNode auto."""
+    spot: bool = False
+    """Run on Spot VMs: select and tolerate cloud.google.com/gke-spot nodes. Preemptions are expected and
+    restart the gang without charging backoffLimit."""
+
+
+class Torch(WireModel):
+    """PyTorch rendezvous settings."""
+
+    port: Port = 29500
+    """MASTER_PORT: the c10d TCPStore port on the rank-0 pod."""
+    nproc_per_node: int | str = "auto"
+    """PET_NPROC_PER_NODE, torchrun's processes per pod: an integer, or auto: accelerator.count (1 without an
+    accelerator)."""
+
+    rules = (
+        Rule(
+            cel="!has(self.nprocPerNode) || (type(self.nprocPerNode) == int ? "
+            "(self.nprocPerNode >= 1 && self.nprocPerNode <= 128) : self.nprocPerNode == 'auto')",
+            message="spec.torch.nprocPerNode must be auto or an integer from 1 to 128",
+            holds=lambda t: (
+                t.nproc_per_node == "auto" or (type(t.nproc_per_node) is int and 1 <= t.nproc_per_node <= 128)
+            ),
+        ),
+    )
+
+
+class TensorFlow(WireModel):
+    """TensorFlow cluster settings."""
+
+    port: Port = 2222
+    """The gRPC port of every task in TF_CONFIG."""
+
+
+class EnvVar(WireModel):
+    """One environment variable."""
+
+    name: EnvName
+    value: Annotated[str, Field(max_length=4096)] = ""
+
+
+class Nccl(WireModel):
+    """NCCL wiring of the GPU roles."""
+
+    profile: NcclProfileName = NcclProfileName.AUTO
+    """Network profile: the env, pod annotations, host paths and sidecar NCCL needs on this machine family."""
+    debug: NcclDebug = NcclDebug.WARN
+    """NCCL_DEBUG."""
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, json_schema_extra=list_map("name"))
+    """Extra variables for the trainer container; they win over the profile's defaults of the same name."""
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Nccl:
+        reject_duplicates("spec.nccl.env", [e.name for e in self.env])
+        return self
+
+
+class SharedMemory(WireModel):
+    """/dev/shm as a memory-backed emptyDir: NCCL and DataLoader workers need more than the 64 MiB default."""
+
+    enabled: bool = True
+    """Mount /dev/shm (unless the template already mounts something there)."""
+    size_limit: Quantity | None = None
+    """emptyDir sizeLimit, e.g. 16Gi. It counts against the pod's memory; unset means the node's default
+    (up to half the node's memory)."""
+
+
+class Checkpoint(WireModel):
+    """Where checkpoints live, so a restarted gang resumes from the last one."""
+
+    path: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^/")] = "/checkpoints"
+    """Mount path in every pod; exported as DTJ_CHECKPOINT_DIR and AIP_CHECKPOINT_DIR."""
+    volume: VolumeSource | None = None
+
+
+class Output(WireModel):
+    """Where the trainer writes its results (a path or a gs:// URI), as Vertex AI scripts expect."""
+
+    model_dir: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """Exported as AIP_MODEL_DIR."""
+    tensorboard_dir: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """Exported as AIP_TENSORBOARD_LOG_DIR."""
+
+
+class RunPolicy(WireModel):
+    """Gang restarts, deadlines, cleanup and suspension."""
+
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    backoff_limit: Annotated[int, Field(ge=0, le=1000)] = 3
+    """Gang restarts after failures before the job fails. Preemptions are not charged here."""
+    max_preemptions: Annotated[int, Field(ge=0, le=10000)] = 50
+    """Gang restarts after preemptions before the job fails."""
+    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
+    """The job fails (DeadlineExceeded) and its pods are deleted this long after status.startTime."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = None
+    """The job is deleted this long after it finished."""
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
+    success_policy: SuccessPolicy = SuccessPolicy.RANK_ZERO
+    suspend: bool = False
+    """Delete the pods and keep the job; setting it back to false recreates them (a new start time)."""
+    scheduling_timeout_seconds: Annotated[int, Field(ge=1)] | None = None
+    """The job fails (SchedulingTimeout) when a pod has stayed unscheduled this long."""
+
+
+def _is(framework: Framework) -> str:
+    return f"self.framework == '{framework}'"
+
+
+def _role_list(roles: tuple[Role, ...]) -> str:
+    return "[" + ", ".join(f"'{role}'" for role in roles) + "]"
+
+
+def _english(roles: tuple[Role, ...]) -> str:
+    return ", ".join(roles[:-1]) + f" or {roles[-1]}" if len(roles) > 1 else roles[0]
+
+
+def _roles_rule(framework: Framework) -> Rule:
+    roles = FRAMEWORK_ROLES[framework]
+    return Rule(
+        cel=f"!({_is(framework)}) || self.replicas.all(r, r.role in {_role_list(roles)})",
+        message=f"spec.replicas[].role must be {_english(roles)} for a {framework} job",
+        holds=lambda s: s.framework != framework or all(r.role in roles for r in s.replicas),
+    )
+
+
+def _rank_zero_rule(framework: Framework) -> Rule:
+    roles = RANK_ZERO_ROLES[framework]
+    return Rule(
+        cel=f"!({_is(framework)}) || self.replicas.exists(r, r.role in {_role_list(roles)})",
+        message=f"spec.replicas must include a {_english(roles)} replica for a {framework} job (it holds rank 0)",
+        holds=lambda s: s.framework != framework or any(r.role in roles for r in s.replicas),
+    )
+
+
+def _unchanged(field: str) -> str:
+    return f"(has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field}))"
+
+
+# Everything rendered into a pod: Kubernetes cannot change a running pod's spec, so these may change
+# only while the job is suspended (its pods are gone then, and are recreated from the new spec).
+POD_SHAPING_FIELDS: Final = (
+    "replicas",
+    "torch",
+    "tensorflow",
+    "nccl",
+    "sharedMemory",
+    "checkpoint",
+    "output",
+)
+_SUSPENDED = "(has(self.runPolicy) && has(self.runPolicy.suspend) && self.runPolicy.suspend)"
+
+
+class DistributedTrainingJobSpec(WireModel):
+    """A gang of pods that trains one model with PyTorch or TensorFlow, restarted as a whole on failure."""
+
+    framework: Framework
+    replicas: Annotated[
+        list[ReplicaSpec], Field(min_length=1, max_length=4, json_schema_extra=list_map("role"))
+    ]
+    """The roles of the gang, each at most once."""
+    accelerator: Accelerator | None = None
+    torch: Torch = Torch()
+    tensorflow: TensorFlow = TensorFlow()
+    nccl: Nccl = Nccl()
+    shared_memory: SharedMemory = SharedMemory()
+    checkpoint: Checkpoint = Checkpoint()
+    output: Output = Output()
+    run_policy: RunPolicy = RunPolicy()
+
+    rules = (
+        *(_roles_rule(framework) for framework in Framework),
+        # Only where a framework has roles without rank 0 (with PyTorch, any valid replica holds it).
+        *(_rank_zero_rule(f) for f in Framework if set(FRAMEWORK_ROLES[f]) - set(RANK_ZERO_ROLES[f])),
+        Rule(
+            cel="!has(self.nccl) || !has(self.nccl.profile) || self.nccl.profile in ['Auto', 'TCP'] "
+            "|| has(self.accelerator)",
+            message="spec.nccl.profile GPUDirectTCPX, GPUDirectTCPXO and RDMA need spec.accelerator",
+            holds=lambda s: (
+                s.nccl.profile in (NcclProfileName.AUTO, NcclProfileName.TCP) or s.accelerator is not None
+            ),
+        ),
+        Rule(cel="self.framework == oldSelf.framework", message="spec.framework is immutable"),
+        Rule(
+            cel="self.replicas.size() == oldSelf.replicas.size() && self.replicas.all(r, "
+            "oldSelf.replicas.exists(o, o.role == r.role && "
+            "(has(o.count) ? o.count : 1) == (has(r.count) ? r.count : 1)))",
+            message="spec.replicas roles and counts are immutable",
+        ),
+        Rule(cel=_unchanged("accelerator"), message="spec.accelerator is immutable"),
+        Rule(
+            cel=f"{_SUSPENDED} || ({' && '.join(_unchanged(f) for f in POD_SHAPING_FIELDS)})",
+            message="spec."
+            + ", spec.".join(POD_SHAPING_FIELDS)
+            + " can change only while spec.runPolicy.suspend is true (running pods cannot change)",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _unique_roles(self) -> DistributedTrainingJobSpec:
+        reject_duplicates("spec.replicas", [r.role for r in self.replicas])
+        return self
+
+    def roles(self) -> tuple[Role, ...]:
+        """The roles present, in rank order."""
+        present = {r.role for r in self.replicas}
+        return tuple(role for role in FRAMEWORK_ROLES[self.framework] if role in present)
+
+    def replica(self, role: Role) -> ReplicaSpec:
+        return next(r for r in self.replicas if r.role == role)

@@ -1,0 +1,124 @@
+"""The status of a DistributedTrainingJob: what the operator observed and decided (written only by it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
+
+from dtjob.api.rules import WireModel
+from dtjob.api.spec import Role
+
+
+class Phase(StrEnum):
+    """A one-word summary of the conditions, for `kubectl get`."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+    INVALID = "Invalid"
+
+
+class StatusModel(WireModel):
+    # A status written by a newer operator version may carry fields this one does not know: keep reading it.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ConditionType(StrEnum):
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+    INVALID = "Invalid"
+
+
+# RFC 3339 with seconds, as metav1.Time serializes.
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class Condition(StatusModel):
+    """A metav1.Condition."""
+
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[
+        str, Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    ]
+    message: Annotated[str, Field(max_length=32768)] = ""
+    last_transition_time: Timestamp
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+
+
+class ReplicaStatus(StatusModel):
+    """Pods of one role in the current attempt."""
+
+    role: Role
+    active: int = 0
+    """Pods pending or running."""
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    """Pods that failed or were preempted."""
+
+
+class Restarts(StatusModel):
+    """Gang restarts so far, by cause."""
+
+    failures: int = 0
+    """Charged to runPolicy.backoffLimit."""
+    preemptions: int = 0
+    """Charged to runPolicy.maxPreemptions."""
+    total: int = 0
+    """failures + preemptions (a printer column)."""
+
+
+class LastRestart(StatusModel):
+    """Why and when the gang was last restarted."""
+
+    reason: str
+    message: str = ""
+    time: Timestamp
+
+
+class JobStatus(StatusModel):
+    """Observed state of the job."""
+
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: list[ReplicaStatus] = Field(default_factory=list)
+    replicas_ready: str | None = None
+    """Ready pods of the current attempt over all pods, e.g. 3/4 (a printer column)."""
+    attempt: Annotated[int, Field(ge=1)] = 1
+    """The restart generation: every gang restart creates the pods of attempt + 1."""
+    restarts: Restarts = Restarts()
+    last_restart: LastRestart | None = None
+    start_time: Timestamp | None = None
+    """When the pods were first created (or the job last resumed); activeDeadlineSeconds counts from here."""
+    completion_time: Timestamp | None = None
+    observed_generation: int | None = None
+
+    def condition(self, type_: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def is_true(self, type_: ConditionType) -> bool:
+        condition = self.condition(type_)
+        return condition is not None and condition.status == "True"
+
+    @property
+    def finished(self) -> bool:
+        return self.is_true(ConditionType.SUCCEEDED) or self.is_true(ConditionType.FAILED)

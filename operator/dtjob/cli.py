@@ -1,0 +1,79 @@
+"""The `dtjob` command. Subcommands live in one registry: add one with `Subcommand(...)` in SUBCOMMANDS."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dtjob import crd, docs
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _generated_file(default: str) -> Callable[[argparse.ArgumentParser], None]:
+    def configure(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--output", type=Path, default=Path(default), help=f"where to write (default {default})"
+        )
+        parser.add_argument(
+            "--check", action="store_true", help="exit 1 if the file differs from what would be written"
+        )
+
+    return configure
+
+
+def _write_or_check(render: Callable[[], str], command: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        path: Path = args.output
+        text = render()
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                print(f"{path} is stale: run `dtjob {command}`", file=sys.stderr)
+                return 1
+            return 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+        return 0
+
+    return run
+
+
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand(
+        "crd",
+        "generate the CustomResourceDefinition",
+        _generated_file(crd.CRD_FILE),
+        _write_or_check(crd.render_yaml, "crd"),
+    ),
+    Subcommand(
+        "docs",
+        "generate the API reference",
+        _generated_file(docs.DOCS_FILE),
+        _write_or_check(docs.render_markdown, "docs"),
+    ),
+    # The operator itself (`dtjob run`) registers here too.
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dtjob", description="DistributedTrainingJob operator and tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for sub in SUBCOMMANDS:
+        sub.configure(commands.add_parser(sub.name, help=sub.help))
+    args = parser.parse_args(argv)
+    chosen = next(sub for sub in SUBCOMMANDS if sub.name == args.command)
+    return chosen.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The children a job should have: its headless Service, then one Pod per replica in rank order.
+
+Pure and deterministic: the same job and attempt give byte-identical objects, ready for server-side
+apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
+
+- Labels: the template's, then the operator's (job name/uid, role, index, attempt) which win.
+  Annotations: the NCCL profile's, then the template's, which win.
+- The container named "trainer", else the first one, receives env, ports, mounts and GPU resources.
+- Env is merged by name. Injected variables come first, in this order: DTJ_JOB_NAME, DTJ_ROLE,
+  DTJ_REPLICA_INDEX, DTJ_ATTEMPT, DTJ_CHECKPOINT_DIR; the framework's rendezvous variables (PyTorch:
+  MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, LOCAL_RANK, PET_NNODES, PET_NPROC_PER_NODE,
+  PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; TensorFlow: TF_CONFIG); CLUSTER_SPEC; AIP_CHECKPOINT_DIR,
+  AIP_MODEL_DIR, AIP_TENSORBOARD_LOG_DIR; then, on GPU roles, the NCCL profile's variables, NCCL_DEBUG,
+  TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch) and spec.nccl.env. The template's own entries follow in their
+  order. A template entry with the same name as an injected one WINS for the tunables (AIP_* and all
+  NCCL-profile variables, LD_LIBRARY_PATH included) and is DROPPED for the rendezvous contract (DTJ_*,
+  the framework's variables, CLUSTER_SPEC): a pod with its own RANK would break the gang.
+- Volumes are merged by name, mounts by path, ports by number, init containers by name, tolerations by
+  equality: what the template already has wins, so a template can replace /dev/shm or a profile's
+  volume. The nodeSelector keys for the accelerator and Spot are the operator's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
+from dtjob.frameworks import Gang, Member, vertex_env, wiring
+from dtjob.names import TRAINER_CONTAINER, JobRef, job_labels, pod_labels, selector_labels, service_name
+from dtjob.nccl import nccl_env, profile
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+ACCELERATOR_NODE_LABEL: Final = "cloud.google.com/gke-accelerator"
+SPOT_NODE_LABEL: Final = "cloud.google.com/gke-spot"
+GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+SPOT_TOLERATION: Final = {
+    "key": SPOT_NODE_LABEL,
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+SHM_VOLUME: Final = "dtj-shm"
+CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
+
+
+def render_children(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
+    """The Service and the Pods of `attempt` for a whole custom resource (raises if its spec is invalid)."""
+    return render(JobRef.of(job), DistributedTrainingJobSpec.model_validate(job["spec"]), attempt)
+
+
+def render(job: JobRef, spec: DistributedTrainingJobSpec, attempt: int) -> list[dict[str, Any]]:
+    gang = Gang.of(job, spec, attempt)
+    return [render_service(gang), *(render_pod(gang, member) for member in gang.members)]
+
+
+def render_service(gang: Gang) -> dict[str, Any]:
+    """Headless, and publishing not-ready addresses: rank 0's name must resolve before any pod is Ready."""
+    framework = wiring(gang.spec.framework)
+    port = framework.port(gang.spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(gang.job, service_name(gang.job.name), job_labels(gang.job)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(gang.job.name),
+            "ports": [{"name": framework.port_name, "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
+    spec = gang.spec
+    template = copy.deepcopy(spec.replica(member.role).template)
+    template_meta = template.get("metadata") or {}
+    pod_spec: dict[str, Any] = template["spec"]
+    pod_spec.update(hostname=member.pod, subdomain=service_name(gang.job.name), restartPolicy="Never")
+    container = trainer_container(pod_spec)
+    gpu_role = member.role in GPU_ROLES
+
+    container["env"] = merge_env(_injected_env(gang, member, gpu_role), container.get("env") or [])
+    framework = wiring(spec.framework)
+    _add_port(container, framework.port_name, framework.port(spec))
+    if spec.shared_memory.enabled:
+        empty_dir = {
+            "medium": "Memory",
+            **({"sizeLimit": spec.shared_memory.size_limit} if spec.shared_memory.size_limit else {}),
+        }
+        _add_volume(pod_spec, container, {"name": SHM_VOLUME, "emptyDir": empty_dir}, "/dev/shm")
+    if spec.checkpoint.volume is not None:
+        _add_volume(
+            pod_spec, container, {"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume}, spec.checkpoint.path
+        )
+
+    annotations: dict[str, str] = {}
+    if gpu_role and spec.accelerator is not None:
+        _wire_accelerator(pod_spec, container, spec)
+        network = profile(spec)
+        annotations.update(network.annotations)
+        _merge_by(pod_spec, "volumes", "name", network.volumes)
+        _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
+        _merge_by(pod_spec, "initContainers", "name", network.sidecars)
+
+    annotations.update(template_meta.get("annotations") or {})
+    labels = {
+        **(template_meta.get("labels") or {}),
+        **pod_labels(gang.job, member.role, member.index, gang.attempt),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(gang.job, member.pod, labels, annotations),
+        "spec": pod_spec,
+    }
+
+
+def trainer_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec["containers"]
+    return next((c for c in containers if c.get("name") == TRAINER_CONTAINER), containers[0])
+
+
+def merge_env(
+    injected: Iterable[tuple[str, str, bool]], user: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Injected (name, value, overridable) entries, then the user's; see the module docstring for who wins."""
+    user = list(user)
+    user_names = {e.get("name") for e in user}
+    injected = list(injected)
+    owned = {name for name, _, overridable in injected if not overridable}
+    merged: list[dict[str, Any]] = [
+        {"name": name, "value": value}
+        for name, value, overridable in injected
+        if not (overridable and name in user_names)
+    ]
+    merged += [dict(e) for e in user if e.get("name") not in owned]
+    return merged
+
+
+def _injected_env(gang: Gang, member: Member, gpu_role: bool) -> list[tuple[str, str, bool]]:
+    spec = gang.spec
+    framework = wiring(spec.framework)
+    contract = [
+        ("DTJ_JOB_NAME", gang.job.name),
+        ("DTJ_ROLE", str(member.role)),
+        ("DTJ_REPLICA_INDEX", str(member.index)),
+        ("DTJ_ATTEMPT", str(gang.attempt)),
+        ("DTJ_CHECKPOINT_DIR", spec.checkpoint.path),
+        *framework.env(gang, member),
+    ]
+    vertex = vertex_env(gang, member, framework.port(spec))
+    tunables = [(name, value) for name, value in vertex if name != "CLUSTER_SPEC"]
+    contract += [(name, value) for name, value in vertex if name == "CLUSTER_SPEC"]
+    if gpu_role:
+        tunables += nccl_env(spec)
+    return [(name, value, False) for name, value in contract] + [
+        (name, value, True) for name, value in tunables
+    ]
+
+
+def _wire_accelerator(
+    pod_spec: dict[str, Any], container: dict[str, Any], spec: DistributedTrainingJobSpec
+) -> None:
+    assert spec.accelerator is not None
+    selector = {**(pod_spec.get("nodeSelector") or {}), ACCELERATOR_NODE_LABEL: spec.accelerator.type}
+    tolerations = [GPU_TOLERATION]
+    if spec.accelerator.spot:
+        selector[SPOT_NODE_LABEL] = "true"
+        tolerations.append(SPOT_TOLERATION)
+    pod_spec["nodeSelector"] = selector
+    existing = _list(pod_spec, "tolerations")
+    existing += [dict(t) for t in tolerations if t not in existing]
+    resources = container["resources"] = dict(container.get("resources") or {})
+    for kind in ("limits", "requests"):
+        resources[kind] = {**(resources.get(kind) or {}), GPU_RESOURCE: str(spec.accelerator.count)}
+
+
+def _add_port(container: dict[str, Any], name: str, number: int) -> None:
+    ports = _list(container, "ports")
+    if not any(p.get("containerPort") == number or p.get("name") == name for p in ports):
+        ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+
+
+def _add_volume(
+    pod_spec: dict[str, Any], container: dict[str, Any], volume: dict[str, Any], mount_path: str
+) -> None:
+    """Add a volume and its mount, unless the template already has that volume name or mount path."""
+    volumes, mounts = _list(pod_spec, "volumes"), _list(container, "volumeMounts")
+    if any(v.get("name") == volume["name"] for v in volumes) or any(
+        m.get("mountPath") == mount_path for m in mounts
+    ):
+        return
+    volumes.append(volume)
+    mounts.append({"name": volume["name"], "mountPath": mount_path})
+
+
+def _merge_by(owner: dict[str, Any], field: str, key: str, additions: Iterable[Mapping[str, Any]]) -> None:
+    """Append deep copies of `additions` to owner[field], skipping those whose `key` is already there."""
+    additions = list(additions)
+    if additions:
+        existing = _list(owner, field)
+        present = {item.get(key) for item in existing}
+        existing += [copy.deepcopy(dict(item)) for item in additions if item[key] not in present]
+
+
+def _list(owner: dict[str, Any], field: str) -> list[Any]:
+    """owner[field] as a list, created if missing or null."""
+    if owner.get(field) is None:
+        owner[field] = []
+    items: list[Any] = owner[field]
+    return items
+
+
+def _metadata(
+    job: JobRef, name: str, labels: Mapping[str, str], annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": job.namespace, "labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    metadata["ownerReferences"] = [job.owner_reference()]
+    return metadata

@@ -1,0 +1,24 @@
+"""Framework specifics behind one tiny interface: the rendezvous port and each member's environment."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from dtjob.api import Framework
+from dtjob.frameworks.base import Env, FrameworkWiring
+from dtjob.frameworks.gang import Gang, Member
+from dtjob.frameworks.pytorch import PyTorchWiring
+from dtjob.frameworks.tensorflow import TensorFlowWiring
+from dtjob.frameworks.vertex import vertex_env
+
+WIRINGS: Final[dict[Framework, FrameworkWiring]] = {
+    Framework.PYTORCH: PyTorchWiring(),
+    Framework.TENSORFLOW: TensorFlowWiring(),
+}
+
+
+def wiring(framework: Framework) -> FrameworkWiring:
+    return WIRINGS[framework]
+
+
+__all__ = ["Env", "FrameworkWiring", "Gang", "Member", "vertex_env", "wiring"]

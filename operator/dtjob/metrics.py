@@ -1,0 +1,87 @@
+"""Prometheus metrics: `dtjob_` prefix, `_total` counters, `_seconds` histograms, bounded labels.
+
+Labels are namespace, framework, phase and reason — never a job or pod name, so cardinality stays
+bounded by what the cluster has, not by how many jobs ever ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from threading import Lock
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Invalid")
+
+STARTUP_SECONDS = Histogram(
+    "dtjob_job_startup_seconds",
+    "Time from a job's creation to all of its first attempt's pods running.",
+    ["namespace", "framework"],
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+RESTARTS = Counter(
+    "dtjob_job_restarts_total",
+    "Gang restarts, by cause: failure (charged to backoffLimit) or preemption (charged to maxPreemptions).",
+    ["namespace", "framework", "reason"],
+)
+RECONCILE_SECONDS = Histogram(
+    "dtjob_reconcile_duration_seconds",
+    "Duration of one reconcile pass of one job (read, decide, apply, write status).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECONCILE_ERRORS = Counter("dtjob_reconcile_errors_total", "Reconcile passes that raised an error.")
+
+
+class JobPhases(Collector):
+    """dtjob_jobs{namespace,framework,phase}: how many jobs this operator reconciles, by phase."""
+
+    def __init__(self) -> None:
+        self._lock = Lock()
+        self._jobs: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def set(self, namespace: str, name: str, framework: str, phase: str) -> None:
+        with self._lock:
+            self._jobs[(namespace, name)] = (framework, phase)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._jobs.pop((namespace, name), None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("dtjob_jobs", "Jobs by phase.", labels=["namespace", "framework", "phase"])
+        counts: dict[tuple[str, str, str], int] = {}
+        with self._lock:
+            for (namespace, _), (framework, phase) in self._jobs.items():
+                counts[(namespace, framework, phase)] = counts.get((namespace, framework, phase), 0) + 1
+        for labels, count in sorted(counts.items()):
+            family.add_metric(list(labels), count)
+        yield family
+
+
+JOB_PHASES = JobPhases()
+REGISTRY.register(JOB_PHASES)
+
+
+def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, now: datetime) -> None:
+    """Update the job metrics from the status a pass is about to write (None: unchanged)."""
+    meta, spec = job["metadata"], job.get("spec") or {}
+    namespace, framework = meta["namespace"], str(spec.get("framework", "unknown"))
+    old = job.get("status") or {}
+    new = new_status if new_status is not None else old
+    if phase := new.get("phase"):
+        JOB_PHASES.set(namespace, meta["name"], framework, str(phase))
+    if old.get("phase") != "Running" and new.get("phase") == "Running" and int(new.get("attempt", 1)) == 1:
+        created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+        STARTUP_SECONDS.labels(namespace, framework).observe(max(0.0, (now - created).total_seconds()))
+    old_restarts, new_restarts = old.get("restarts") or {}, new.get("restarts") or {}
+    for key, reason in (("failures", "failure"), ("preemptions", "preemption")):
+        if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:
+            RESTARTS.labels(namespace, framework, reason).inc(delta)
+
+
+def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:
+    start_http_server(port, registry=registry)

@@ -1,0 +1,75 @@
+"""Names and labels of a job's children, from one place (the operator, the tests and users rely on them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dtjob.api import API_VERSION, GROUP, KIND
+
+JOB_NAME_LABEL: Final = f"{GROUP}/job-name"
+JOB_UID_LABEL: Final = f"{GROUP}/job-uid"
+ROLE_LABEL: Final = f"{GROUP}/role"
+REPLICA_INDEX_LABEL: Final = f"{GROUP}/replica-index"
+ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
+# The container that receives the wiring; without one of this name, the template's first container does.
+TRAINER_CONTAINER: Final = "trainer"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of one job object: what its children are named after and owned by."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any]) -> JobRef:
+        meta = job["metadata"]
+        return cls(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+    def owner_reference(self) -> dict[str, Any]:
+        """Controller reference: deleting the job cascades to its children, and only we manage them."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def service_name(job_name: str) -> str:
+    """The headless Service is named after the job (so pods resolve as `<pod>.<job>`)."""
+    return job_name
+
+
+def pod_name(job_name: str, role: str, index: int) -> str:
+    return f"{job_name}-{role.lower()}-{index}"
+
+
+def pod_dns_name(pod: str, job: JobRef) -> str:
+    """The pod's DNS name under the headless Service. It ends in `.svc`, not the cluster domain (which
+    varies): the pod's resolv.conf search list (`cluster.local`, ...) completes it."""
+    return f"{pod}.{service_name(job.name)}.{job.namespace}.svc"
+
+
+def selector_labels(job_name: str) -> dict[str, str]:
+    """What the Service selects and what the operator lists children by."""
+    return {JOB_NAME_LABEL: job_name}
+
+
+def job_labels(job: JobRef) -> dict[str, str]:
+    return {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid}
+
+
+def pod_labels(job: JobRef, role: str, index: int, attempt: int) -> dict[str, str]:
+    return {
+        **job_labels(job),
+        ROLE_LABEL: str(role),
+        REPLICA_INDEX_LABEL: str(index),
+        ATTEMPT_LABEL: str(attempt),
+    }

@@ -1,0 +1,221 @@
+"""The one decision of a reconcile pass: what the gang needs next. Pure: plain data in, a Decision out.
+
+Checks run in a fixed order, each able to end the pass: finished (TTL) -> suspended -> deadline ->
+success -> a pod that ended abnormally (restart the gang, or fail) -> scheduling timeout -> stale pods
+of an earlier attempt still present -> missing pods (after the failure backoff) -> wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from dtjob.api import (
+    DistributedTrainingJobSpec,
+    JobStatus,
+    RestartPolicy,
+    Role,
+    SuccessPolicy,
+    parse_timestamp,
+)
+from dtjob.frameworks import Gang
+from dtjob.observed import ENDED_ABNORMALLY, Observed, PodState, PodView
+
+# Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
+# the new pods simply wait Pending for capacity.
+BACKOFF_BASE_SECONDS: Final = 5.0
+BACKOFF_CAP_SECONDS: Final = 300.0
+
+
+class Action(StrEnum):
+    CREATE_MISSING = "CreateMissing"
+    WAIT = "Wait"
+    COMPLETE = "Complete"
+    FAIL = "Fail"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    SUSPEND = "Suspend"
+    RESTART_GANG = "RestartGang"
+    TTL_EXPIRED = "TTLExpired"
+
+
+class Reason(StrEnum):
+    """Machine-readable causes; they become condition reasons, so CamelCase."""
+
+    RANK_ZERO_SUCCEEDED = "RankZeroSucceeded"
+    ALL_WORKERS_SUCCEEDED = "AllWorkersSucceeded"
+    PREEMPTED = "Preempted"
+    POD_FAILED = "PodFailed"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    MAX_PREEMPTIONS_EXCEEDED = "MaxPreemptionsExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    SCHEDULING_TIMEOUT = "SchedulingTimeout"
+    SUSPENDED = "Suspended"
+    FINISHED = "Finished"
+    TTL_EXPIRED = "TTLExpired"
+    WAITING_FOR_PREVIOUS_ATTEMPT = "WaitingForPreviousAttempt"
+    BACKING_OFF = "BackingOff"
+    CREATING = "Creating"
+    IN_PROGRESS = "InProgress"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: Reason
+    message: str = ""
+    requeue_after: float | None = None
+    """Seconds until a time-based check (deadline, TTL, backoff, scheduling timeout) is due."""
+
+
+def decide(
+    spec: DistributedTrainingJobSpec, status: JobStatus, gang: Gang, observed: Observed, now: datetime
+) -> Decision:
+    timers: list[float] = []
+    policy = spec.run_policy
+
+    if status.finished:
+        if policy.ttl_seconds_after_finished is not None and status.completion_time:
+            due = parse_timestamp(status.completion_time) + timedelta(
+                seconds=policy.ttl_seconds_after_finished
+            )
+            if now >= due:
+                return Decision(Action.TTL_EXPIRED, Reason.TTL_EXPIRED, "ttlSecondsAfterFinished has passed")
+            timers.append((due - now).total_seconds())
+        return Decision(Action.WAIT, Reason.FINISHED, requeue_after=_soonest(timers))
+
+    if policy.suspend:
+        return Decision(Action.SUSPEND, Reason.SUSPENDED, "the job is suspended: its pods are deleted")
+
+    if policy.active_deadline_seconds is not None and status.start_time:
+        due = parse_timestamp(status.start_time) + timedelta(seconds=policy.active_deadline_seconds)
+        if now >= due:
+            message = (
+                f"the job was active longer than activeDeadlineSeconds ({policy.active_deadline_seconds}s)"
+            )
+            return Decision(Action.DEADLINE_EXCEEDED, Reason.DEADLINE_EXCEEDED, message)
+        timers.append((due - now).total_seconds())
+
+    current = {p.name: p for p in observed.of_attempt(gang.attempt)}
+    if (success := _success(spec, gang, current)) is not None:
+        return success
+
+    ended = [
+        current[m.pod] for m in gang.members if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
+    ]
+    if ended:
+        return _on_abnormal_end(spec, status, ended)
+
+    if policy.scheduling_timeout_seconds is not None:
+        limit = timedelta(seconds=policy.scheduling_timeout_seconds)
+        for pod in current.values():
+            if pod.unschedulable and pod.created is not None:
+                if now >= pod.created + limit:
+                    message = f"pod {pod.name} was not scheduled within {policy.scheduling_timeout_seconds}s: {pod.message}"
+                    return Decision(Action.FAIL, Reason.SCHEDULING_TIMEOUT, message)
+                timers.append((pod.created + limit - now).total_seconds())
+
+    if stale := observed.not_of_attempt(gang.attempt):
+        names = ", ".join(p.name for p in stale)
+        message = f"waiting for pods of an earlier attempt to go: {names}"
+        return Decision(Action.WAIT, Reason.WAITING_FOR_PREVIOUS_ATTEMPT, message, _soonest(timers))
+
+    # TODO(gang restarts): a pod that vanished after the attempt had all its pods is a lost member, to be
+    # classified (preempted / failed) before it is recreated into a gang that cannot rendezvous again.
+    missing = [m.pod for m in gang.members if m.pod not in current]
+    if missing:
+        if (wait := _backoff_remaining(status, now)) > 0:
+            message = f"restarting after a failure; next attempt in {wait:.0f}s"
+            return Decision(Action.WAIT, Reason.BACKING_OFF, message, _soonest([*timers, wait]))
+        return Decision(
+            Action.CREATE_MISSING, Reason.CREATING, f"creating {', '.join(missing)}", _soonest(timers)
+        )
+
+    return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
+
+
+def backoff_seconds(failures: int) -> float:
+    """Delay before the attempt that follows the `failures`-th failure restart."""
+    delay: float = BACKOFF_BASE_SECONDS * 2.0 ** max(failures - 1, 0)
+    return min(delay, BACKOFF_CAP_SECONDS)
+
+
+def _backoff_remaining(status: JobStatus, now: datetime) -> float:
+    last = status.last_restart
+    if last is None or last.reason != Reason.POD_FAILED:
+        return 0.0
+    due = parse_timestamp(last.time) + timedelta(seconds=backoff_seconds(status.restarts.failures))
+    remaining: float = (due - now).total_seconds()
+    return max(0.0, remaining)
+
+
+def _success(spec: DistributedTrainingJobSpec, gang: Gang, current: dict[str, PodView]) -> Decision | None:
+    def succeeded(pod: str) -> bool:
+        return pod in current and current[pod].state == PodState.SUCCEEDED
+
+    if spec.run_policy.success_policy == SuccessPolicy.RANK_ZERO:
+        rank_zero = gang.rank_zero.pod
+        if succeeded(rank_zero):
+            return Decision(Action.COMPLETE, Reason.RANK_ZERO_SUCCEEDED, f"rank-0 pod {rank_zero} succeeded")
+        return None
+    workers = [m.pod for m in gang.of_role(Role.WORKER)]
+    if workers and all(succeeded(pod) for pod in workers):
+        return Decision(
+            Action.COMPLETE, Reason.ALL_WORKERS_SUCCEEDED, f"all {len(workers)} Worker pods succeeded"
+        )
+    return None
+
+
+def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended: list[PodView]) -> Decision:
+    """A gang cannot lose a member: restart it whole, or fail. A preemption explains its peers' failures
+    (they lose a rank and crash), so any preemption makes the restart a preemption."""
+    policy = spec.run_policy
+    preempted = [p for p in ended if p.state == PodState.PREEMPTED]
+    if preempted:
+        cause = _describe(preempted[0])
+        if status.restarts.preemptions >= policy.max_preemptions:
+            return Decision(
+                Action.FAIL,
+                Reason.MAX_PREEMPTIONS_EXCEEDED,
+                f"maxPreemptions ({policy.max_preemptions}) reached; last: {cause}",
+            )
+        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
+
+    failed = ended[0]
+    cause = _describe(failed)
+    if policy.restart_policy == RestartPolicy.NEVER:
+        return Decision(Action.FAIL, Reason.POD_FAILED, f"{cause} (restartPolicy Never)")
+    if (
+        policy.restart_policy == RestartPolicy.EXIT_CODE
+        and failed.exit_code is not None
+        and 1 <= failed.exit_code <= 127
+    ):
+        return Decision(
+            Action.FAIL,
+            Reason.POD_FAILED,
+            f"{cause} (exit codes 1-127 are permanent under restartPolicy ExitCode)",
+        )
+    if status.restarts.failures >= policy.backoff_limit:
+        return Decision(
+            Action.FAIL,
+            Reason.BACKOFF_LIMIT_EXCEEDED,
+            f"backoffLimit ({policy.backoff_limit}) reached; last: {cause}",
+        )
+    return Decision(
+        Action.RESTART_GANG, Reason.POD_FAILED, cause, backoff_seconds(status.restarts.failures + 1)
+    )
+
+
+def _describe(pod: PodView) -> str:
+    parts = [f"pod {pod.name}: {pod.reason or pod.state}"]
+    if pod.exit_code is not None:
+        parts.append(f"exit code {pod.exit_code}")
+    if pod.node:
+        parts.append(f"on node {pod.node}")
+    text = " ".join(parts[:1]) + (", " + ", ".join(parts[1:]) if parts[1:] else "")
+    return f"{text}: {pod.message}" if pod.message else text
+
+
+def _soonest(timers: list[float]) -> float | None:
+    return min(timers) if timers else None

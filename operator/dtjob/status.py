@@ -1,0 +1,191 @@
+"""The job's next status and the Events its transitions deserve. Pure.
+
+Conditions have the metav1.Condition shape; a condition keeps its lastTransitionTime while its status
+stays the same, and is added only once it first becomes True (absent reads as False). The phase is a
+summary of the conditions, for `kubectl get`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from dtjob.api import (
+    Condition,
+    ConditionType,
+    JobStatus,
+    LastRestart,
+    Phase,
+    ReplicaStatus,
+    Restarts,
+    Role,
+    timestamp,
+)
+from dtjob.frameworks import Gang
+from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
+from dtjob.policy import Action, Decision, Reason
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+WARNING_CONDITIONS: Final = frozenset({ConditionType.FAILED, ConditionType.RESTARTING, ConditionType.INVALID})
+# Conditions whose return to False is news of its own (the others go False as a side effect of another event).
+NEWSWORTHY_FALSE: Final = frozenset({ConditionType.SUSPENDED, ConditionType.INVALID})
+FINISHING: Final = {Action.COMPLETE: ConditionType.SUCCEEDED, Action.FAIL: ConditionType.FAILED,
+                    Action.DEADLINE_EXCEEDED: ConditionType.FAILED}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+class _Conditions:
+    """The condition list being edited in one pass."""
+
+    def __init__(self, old: list[Condition], now: datetime, generation: int | None) -> None:
+        self.items = list(old)
+        self.now, self.generation = timestamp(now), generation
+
+    def set(self, type_: ConditionType, status: ConditionStatus, reason: str, message: str = "") -> None:
+        for i, old in enumerate(self.items):
+            if old.type == type_:
+                when = old.last_transition_time if old.status == status else self.now
+                self.items[i] = self._make(type_, status, reason, message, when)
+                return
+        if status == "True":
+            self.items.append(self._make(type_, status, reason, message, self.now))
+
+    def is_true(self, type_: ConditionType) -> bool:
+        return any(c.type == type_ and c.status == "True" for c in self.items)
+
+    def _make(
+        self, type_: ConditionType, status: ConditionStatus, reason: str, message: str, when: str
+    ) -> Condition:
+        return Condition(type=type_, status=status, reason=reason, message=message[:32768],
+                         last_transition_time=when, observed_generation=self.generation)  # fmt: skip
+
+
+def next_status(
+    old: JobStatus, gang: Gang, observed: Observed, decision: Decision, now: datetime, generation: int | None
+) -> JobStatus:
+    """The status after carrying out `decision`: counters, times, per-role counts and conditions."""
+    action = decision.action
+    conditions = _Conditions(old.conditions, now, generation)
+    conditions.set(ConditionType.INVALID, "False", "ValidSpec", "the spec is valid")
+    attempt, restarts, last_restart = old.attempt, old.restarts, old.last_restart
+    start_time, completion_time = old.start_time, old.completion_time
+    resumed = old.is_true(ConditionType.SUSPENDED) and action != Action.SUSPEND
+
+    if action == Action.RESTART_GANG:
+        attempt += 1
+        preempted = decision.reason == Reason.PREEMPTED
+        restarts = Restarts(
+            failures=restarts.failures + (not preempted),
+            preemptions=restarts.preemptions + preempted,
+            total=restarts.total + 1,
+        )
+        last_restart = LastRestart(reason=decision.reason, message=decision.message, time=timestamp(now))
+        conditions.set(
+            ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
+        )
+        conditions.set(ConditionType.RUNNING, "False", "Restarting", decision.message)
+    if action == Action.CREATE_MISSING:
+        conditions.set(ConditionType.CREATED, "True", "Created", f"created the pods of attempt {attempt}")
+        if start_time is None:
+            start_time = timestamp(now)
+    if resumed:
+        start_time = timestamp(now)  # activeDeadlineSeconds counts from the resume, as for a Job
+        conditions.set(ConditionType.SUSPENDED, "False", "Resumed", "the job was resumed")
+    if action == Action.SUSPEND:
+        conditions.set(ConditionType.SUSPENDED, "True", decision.reason, decision.message)
+        conditions.set(ConditionType.RUNNING, "False", "Suspended", decision.message)
+    if action in FINISHING:
+        completion_time = completion_time or timestamp(now)
+        conditions.set(FINISHING[action], "True", decision.reason, decision.message)
+        conditions.set(ConditionType.RUNNING, "False", FINISHING[action], decision.message)
+        conditions.set(ConditionType.RESTARTING, "False", FINISHING[action], decision.message)
+
+    current = observed.of_attempt(attempt)
+    if (
+        action in (Action.CREATE_MISSING, Action.WAIT)
+        and not old.finished
+        and _all_running(gang, observed, attempt)
+    ):
+        running = f"{len(gang.members)}/{len(gang.members)} pods of attempt {attempt} are running"
+        conditions.set(ConditionType.RUNNING, "True", "AllReplicasRunning", running)
+        conditions.set(ConditionType.RESTARTING, "False", "AllReplicasRunning", running)
+
+    ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
+    return JobStatus(
+        phase=_phase(conditions),
+        conditions=conditions.items,
+        replica_statuses=[
+            _replica_status(role, [p for p in current if p.role == role]) for role in gang.spec.roles()
+        ],
+        replicas_ready=f"{ready}/{len(gang.members)}",
+        attempt=attempt,
+        restarts=restarts,
+        last_restart=last_restart,
+        start_time=start_time,
+        completion_time=completion_time,
+        observed_generation=generation,
+    )
+
+
+def invalid_status(old: JobStatus, message: str, now: datetime, generation: int | None) -> JobStatus:
+    conditions = _Conditions(old.conditions, now, generation)
+    conditions.set(ConditionType.INVALID, "True", "InvalidSpec", message)
+    return old.model_copy(
+        update={
+            "conditions": conditions.items,
+            "phase": _phase(conditions),
+            "observed_generation": generation,
+        }
+    )
+
+
+def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
+    """One Event per condition that changed status: becoming True, or Suspended/Invalid becoming False."""
+    before = {c.type: c.status for c in old.conditions}
+    events: list[Event] = []
+    for condition in new.conditions:
+        if before.get(condition.type, "False") == condition.status:
+            continue
+        if condition.status == "True" or condition.type in NEWSWORTHY_FALSE:
+            warning = condition.status == "True" and condition.type in WARNING_CONDITIONS
+            events.append(Event("Warning" if warning else "Normal", condition.reason, condition.message))
+    return events
+
+
+def _all_running(gang: Gang, observed: Observed, attempt: int) -> bool:
+    """Every pod of the attempt exists and is running (or has already finished well), at least one running."""
+    pods = {p.name: p for p in observed.of_attempt(attempt) if not p.terminating}
+    states = [pods[m.pod].state if m.pod in pods else None for m in gang.members]
+    running = (PodState.RUNNING, PodState.READY)
+    return all(s in (*running, PodState.SUCCEEDED) for s in states) and any(s in running for s in states)
+
+
+def _replica_status(role: Role, pods: list[PodView]) -> ReplicaStatus:
+    return ReplicaStatus(
+        role=role,
+        active=sum(1 for p in pods if p.state in ACTIVE_STATES and not p.terminating),
+        ready=sum(1 for p in pods if p.state == PodState.READY and not p.terminating),
+        succeeded=sum(1 for p in pods if p.state == PodState.SUCCEEDED),
+        failed=sum(1 for p in pods if p.state in ENDED_ABNORMALLY),
+    )
+
+
+def _phase(conditions: _Conditions) -> Phase:
+    for type_, phase in (
+        (ConditionType.INVALID, Phase.INVALID),
+        (ConditionType.FAILED, Phase.FAILED),
+        (ConditionType.SUCCEEDED, Phase.SUCCEEDED),
+        (ConditionType.SUSPENDED, Phase.SUSPENDED),
+        (ConditionType.RESTARTING, Phase.RESTARTING),
+        (ConditionType.RUNNING, Phase.RUNNING),
+    ):
+        if conditions.is_true(type_):
+            return phase
+    return Phase.PENDING

@@ -1,0 +1,109 @@
+"""Plain-dict builders for unit tests: job manifests as the apiserver returns them, and pods as the
+operator renders them with the status a kubelet would report."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from dtjob.desired import render_children
+
+NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+UID = "11111111-2222-3333-4444-555555555555"
+
+
+def container(name: str = "trainer", image: str = "trainer:1", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **extra}
+
+
+def template(*containers: dict[str, Any], **pod_spec: Any) -> dict[str, Any]:
+    return {"spec": {"containers": list(containers) or [container()], **pod_spec}}
+
+
+def manifest(
+    *replicas: tuple[str, int] | dict[str, Any], framework: str = "PyTorch", name: str = "mnist", **spec: Any
+) -> dict[str, Any]:
+    """A stored job: metadata with namespace, uid and generation, and a spec (replicas as (role, count))."""
+    items = [
+        r if isinstance(r, dict) else {"role": r[0], "count": r[1], "template": template()} for r in replicas
+    ]
+    return {
+        "apiVersion": "training.dtjob.io/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": UID,
+            "generation": 1,
+            "creationTimestamp": "2030-01-01T11:00:00Z",
+        },
+        "spec": {
+            "framework": framework,
+            "replicas": items or [{"role": "Worker", "count": 2, "template": template()}],
+            **spec,
+        },
+    }
+
+
+def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    return {**job, "status": status}
+
+
+def pods_of(job: dict[str, Any], attempt: int = 1) -> dict[str, dict[str, Any]]:
+    """The job's rendered pods by name, as created (no status yet)."""
+    rendered = [c for c in render_children(job, attempt) if c["kind"] == "Pod"]
+    for i, pod in enumerate(rendered):
+        pod["metadata"]["uid"] = f"uid-{pod['metadata']['name']}-{attempt}-{i}"
+        pod["metadata"]["creationTimestamp"] = "2030-01-01T11:59:00Z"
+    return {p["metadata"]["name"]: p for p in rendered}
+
+
+def service_of(job: dict[str, Any]) -> dict[str, Any]:
+    return render_children(job, 1)[0]
+
+
+def _with(pod: dict[str, Any], status: dict[str, Any], node: str | None = "gpu-node-1") -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = status
+    return pod
+
+
+def pending(pod: dict[str, Any], unschedulable: bool = False) -> dict[str, Any]:
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}  # fmt: skip
+    return _with(pod, {"phase": "Pending", "conditions": [condition] if unschedulable else []}, node=None)
+
+
+def running(pod: dict[str, Any], ready: bool = True) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return _with(pod, {"phase": "Running", "conditions": conditions,
+                       "containerStatuses": [{"name": "trainer", "state": {"running": {}}}]})  # fmt: skip
+
+
+def exited(
+    pod: dict[str, Any], exit_code: int, reason: str | None = None, message: str = ""
+) -> dict[str, Any]:
+    terminated = {
+        "exitCode": exit_code,
+        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+        "message": message,
+    }
+    return _with(pod, {"phase": "Succeeded" if exit_code == 0 else "Failed",
+                       "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]})  # fmt: skip
+
+
+def preempted(pod: dict[str, Any], reason: str = "TerminationByKubelet") -> dict[str, Any]:
+    disruption = {"type": "DisruptionTarget", "status": "True", "reason": reason,
+                  "message": "Pod was terminated in response to imminent node shutdown."}  # fmt: skip
+    terminated = {"exitCode": 143, "reason": "Error"}
+    return _with(pod, {"phase": "Failed", "reason": "Terminated", "conditions": [disruption],
+                       "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]})  # fmt: skip
+
+
+def deleting(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["deletionTimestamp"] = "2030-01-01T11:59:30Z"
+    return pod

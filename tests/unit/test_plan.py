@@ -1,0 +1,269 @@
+"""reconcile(): whole passes, from a job and its children to the Plan the Kopf adapter executes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dtjob.plan import Delete, Event, Plan, reconcile
+from tests.unit.builders import (
+    NOW,
+    container,
+    deleting,
+    exited,
+    manifest,
+    pods_of,
+    preempted,
+    running,
+    service_of,
+    template,
+)
+
+JOB = manifest(("Master", 1), ("Worker", 2))
+NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+
+
+def job_with(**run_policy: Any) -> dict[str, Any]:
+    return {**JOB, "spec": {**JOB["spec"], "runPolicy": run_policy}}
+
+
+def after(job: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """The job as stored once the plan's status patch landed."""
+    return {**job, "status": plan.status} if plan.status is not None else job
+
+
+def applied(plan: Plan) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.apply]
+
+
+def deleted(plan: Plan) -> list[str]:
+    return [d.name for d in plan.delete]
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in job["status"]["conditions"] if c["type"] == type_), None)
+
+
+def started(job: dict[str, Any] = JOB) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A job after its first pass, and its pods (as created, no status)."""
+    return after(job, reconcile(job, [], NOW)), pods_of(job)
+
+
+def test_a_fresh_job_applies_its_service_and_pods_and_records_that_it_was_created() -> None:
+    plan = reconcile(JOB, [], NOW)
+    assert applied(plan) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert plan.delete == [] and plan.delete_job is False and plan.requeue_after is None
+    assert plan.status is not None
+    assert (plan.status["phase"], plan.status["attempt"], plan.status["startTime"], plan.status["replicasReady"]) == (
+        "Pending", 1, "2030-01-01T12:00:00Z", "0/3")  # fmt: skip
+    assert [(c["type"], c["status"], c["reason"]) for c in plan.status["conditions"]] == [
+        ("Created", "True", "Created")
+    ]
+    assert plan.status["observedGeneration"] == 1
+    assert plan.events == [Event("Normal", "Created", "created the pods of attempt 1")]
+
+
+def test_running_pods_make_the_job_running_and_a_quiet_pass_writes_nothing() -> None:
+    job, pods = started()
+    children = [service_of(JOB), *(running(p) for p in pods.values())]
+    plan = reconcile(job, children, NOW + timedelta(seconds=10))
+    assert (
+        plan.status is not None
+        and plan.status["phase"] == "Running"
+        and plan.status["replicasReady"] == "3/3"
+    )
+    assert plan.status["replicaStatuses"] == [
+        {"role": "Master", "active": 1, "ready": 1, "succeeded": 0, "failed": 0},
+        {"role": "Worker", "active": 2, "ready": 2, "succeeded": 0, "failed": 0},
+    ]
+    assert plan.events == [Event("Normal", "AllReplicasRunning", "3/3 pods of attempt 1 are running")]
+    assert applied(plan) == [
+        "Service/mnist",
+        *(f"Pod/{n}" for n in NAMES),
+    ]  # re-applied: edited children drift back
+    running_job = after(job, plan)
+    quiet = reconcile(running_job, children, NOW + timedelta(seconds=40))
+    assert (quiet.status, quiet.events, quiet.delete) == (None, [], [])
+    assert condition(running_job, "Running")["lastTransitionTime"] == "2030-01-01T12:00:10Z"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("clean_pod_policy", "deleted_pods"),
+    [
+        pytest.param(
+            "Running", ["mnist-worker-0", "mnist-worker-1"], id="Running deletes the pods still running"
+        ),
+        pytest.param("All", NAMES, id="All deletes every pod"),
+        pytest.param("None", [], id="None keeps every pod"),
+    ],
+)
+def test_rank_zero_success_completes_the_job_and_cleans_pods_by_policy(
+    clean_pod_policy: str, deleted_pods: list[str]
+) -> None:
+    job, pods = started(job_with(cleanPodPolicy=clean_pod_policy))
+    children = [
+        exited(pods["mnist-master-0"], 0),
+        running(pods["mnist-worker-0"]),
+        running(pods["mnist-worker-1"]),
+    ]
+    plan = reconcile(job, children, NOW + timedelta(minutes=5))
+    assert plan.status is not None and plan.status["phase"] == "Succeeded"
+    assert plan.status["completionTime"] == "2030-01-01T12:05:00Z"
+    assert deleted(plan) == deleted_pods and plan.apply == []
+    assert all(d.uid and d.uid.startswith(f"uid-{d.name}") for d in plan.delete)
+    assert Event("Normal", "RankZeroSucceeded", "rank-0 pod mnist-master-0 succeeded") in plan.events
+    # A finished job stays finished: later passes neither apply nor change anything.
+    done = after(job, plan)
+    remaining = [c for c in children if c["metadata"]["name"] not in deleted_pods]
+    settled = after(done, reconcile(done, remaining, NOW + timedelta(minutes=6)))
+    again = reconcile(settled, remaining, NOW + timedelta(minutes=7))
+    assert (again.apply, again.delete, again.status, again.events) == ([], [], None, [])
+
+
+def test_suspend_deletes_the_pods_keeps_the_service_and_resume_recreates_them() -> None:
+    job, pods = started()
+    children = [service_of(JOB), *(running(p) for p in pods.values())]
+    suspended_job = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    plan = reconcile(suspended_job, children, NOW + timedelta(minutes=1))
+    assert deleted(plan) == NAMES and applied(plan) == ["Service/mnist"]
+    assert plan.status is not None and plan.status["phase"] == "Suspended"
+    assert Event("Normal", "Suspended", "the job is suspended: its pods are deleted") in plan.events
+    suspended_job = after(suspended_job, plan)
+
+    resumed_job = {**suspended_job, "spec": {**suspended_job["spec"], "runPolicy": {"suspend": False}}}
+    resume = reconcile(resumed_job, [service_of(JOB)], NOW + timedelta(minutes=2))
+    assert applied(resume) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert resume.status is not None and resume.status["startTime"] == "2030-01-01T12:02:00Z"
+    assert condition(after(resumed_job, resume), "Suspended") == {
+        "type": "Suspended", "status": "False", "reason": "Resumed", "message": "the job was resumed",
+        "lastTransitionTime": "2030-01-01T12:02:00Z", "observedGeneration": 1}  # fmt: skip
+    assert Event("Normal", "Resumed", "the job was resumed") in resume.events
+
+
+def test_the_active_deadline_fails_the_job_and_deletes_every_pod_whatever_the_clean_policy() -> None:
+    job, pods = started(job_with(activeDeadlineSeconds=60, cleanPodPolicy="None"))
+    children = [running(p) for p in pods.values()]
+    early = reconcile(job, children, NOW + timedelta(seconds=20))
+    assert early.requeue_after == 40.0 and early.delete == []
+    plan = reconcile(job, children, NOW + timedelta(seconds=61))
+    assert deleted(plan) == NAMES and plan.status is not None and plan.status["phase"] == "Failed"
+    failed = condition(after(job, plan), "Failed")
+    assert failed is not None and failed["reason"] == "DeadlineExceeded"
+    assert plan.events[0].type == "Warning" and plan.events[0].reason == "DeadlineExceeded"
+    # Pods that outlive the pass (a failed delete) are deleted again on the next one.
+    assert deleted(reconcile(after(job, plan), children, NOW + timedelta(seconds=70))) == NAMES
+
+
+def test_the_ttl_after_finishing_deletes_the_job() -> None:
+    job, pods = started(job_with(ttlSecondsAfterFinished=30))
+    plan = reconcile(job, [exited(pods["mnist-master-0"], 0)], NOW + timedelta(seconds=10))
+    assert plan.requeue_after == 30.0 and plan.delete_job is False
+    finished = after(job, plan)
+    assert reconcile(finished, [], NOW + timedelta(seconds=30)).delete_job is False
+    expired = reconcile(finished, [], NOW + timedelta(seconds=40))
+    assert expired.delete_job is True and (expired.apply, expired.delete) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("spec_change", "message"),
+    [
+        pytest.param({"replicas": [{"role": "Chief", "count": 1, "template": template()}]},
+                     "spec.replicas[].role must be Master or Worker for a PyTorch job", id="a role CEL would reject"),
+        pytest.param({"replicas": [{"role": "Worker", "count": 1, "template": template({"name": "trainer"})}]},
+                     "spec.replicas[0].template.spec.containers[0].image is required", id="a container without an image"),
+        pytest.param({"accelerator": {"type": "nvidia-l4", "count": 1}, "torch": {"nprocPerNode": 4}},
+                     "spec.torch.nprocPerNode (4) exceeds spec.accelerator.count (1)", id="more processes than GPUs"),
+        pytest.param({"framework": "Jax"}, 'spec.framework: Unsupported value: "Jax"', id="an unknown framework"),
+    ],
+)  # fmt: skip
+def test_an_invalid_spec_gets_an_invalid_condition_and_nothing_else(
+    spec_change: dict[str, Any], message: str
+) -> None:
+    job = {**JOB, "spec": {**JOB["spec"], **spec_change}}
+    plan = reconcile(job, [], NOW)
+    assert (plan.apply, plan.delete, plan.delete_job) == ([], [], False)
+    assert plan.status is not None and plan.status["phase"] == "Invalid"
+    invalid = condition(after(job, plan), "Invalid")
+    assert invalid is not None and invalid["status"] == "True" and message in invalid["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidSpec")]
+    again = reconcile(after(job, plan), [], NOW + timedelta(seconds=30))
+    assert (again.status, again.events) == (None, [])  # no event storm while it stays invalid
+
+
+def test_fixing_an_invalid_spec_clears_the_condition_and_creates_the_pods() -> None:
+    broken = {**JOB, "spec": {**JOB["spec"], "framework": "Jax"}}
+    invalid_job = after(broken, reconcile(broken, [], NOW))
+    plan = reconcile({**invalid_job, "spec": JOB["spec"]}, [], NOW + timedelta(seconds=5))
+    assert len(plan.apply) == 4 and plan.status is not None and plan.status["phase"] == "Pending"
+    assert Event("Normal", "ValidSpec", "the spec is valid") in plan.events
+
+
+def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
+    job, pods = started()
+    children = [
+        running(pods["mnist-master-0"]),
+        exited(pods["mnist-worker-0"], 1),
+        running(pods["mnist-worker-1"]),
+    ]
+    plan = reconcile(job, children, NOW + timedelta(minutes=1))
+    assert deleted(plan) == NAMES and applied(plan) == ["Service/mnist"] and plan.requeue_after == 5.0
+    assert plan.status is not None
+    assert (plan.status["attempt"], plan.status["restarts"], plan.status["phase"]) == (
+        2, {"failures": 1, "preemptions": 0, "total": 1}, "Restarting")  # fmt: skip
+    assert plan.status["lastRestart"] == {"reason": "PodFailed", "message": "pod mnist-worker-0: Error, exit code 1, on node gpu-node-1",
+                                          "time": "2030-01-01T12:01:00Z"}  # fmt: skip
+    assert plan.events[0] == Event(
+        "Warning", "PodFailed", "attempt 2: pod mnist-worker-0: Error, exit code 1, on node gpu-node-1"
+    )
+    restarting = after(job, plan)
+
+    terminating = [deleting(c) for c in children]
+    waiting = reconcile(restarting, terminating, NOW + timedelta(minutes=1, seconds=1))
+    # Old pods going: no new pod yet, and nothing deleted twice.
+    assert applied(waiting) == ["Service/mnist"] and waiting.delete == []
+
+    backing_off = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=2))
+    assert applied(backing_off) == ["Service/mnist"] and backing_off.requeue_after == 3.0
+
+    recreate = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=6))
+    pods2 = [o for o in recreate.apply if o["kind"] == "Pod"]
+    assert [p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in pods2] == ["2", "2", "2"]
+    assert {"name": "DTJ_ATTEMPT", "value": "2"} in pods2[0]["spec"]["containers"][0]["env"]
+
+
+def test_a_preemption_restarts_at_once_and_is_counted_apart() -> None:
+    job, pods = started()
+    children = [
+        running(pods["mnist-master-0"]),
+        preempted(pods["mnist-worker-0"]),
+        running(pods["mnist-worker-1"]),
+    ]
+    plan = reconcile(job, children, NOW + timedelta(minutes=1))
+    assert plan.status is not None and plan.status["restarts"] == {
+        "failures": 0,
+        "preemptions": 1,
+        "total": 1,
+    }
+    assert plan.requeue_after is None
+    recreate = reconcile(after(job, plan), [], NOW + timedelta(minutes=1, seconds=1))
+    assert len([o for o in recreate.apply if o["kind"] == "Pod"]) == 3
+
+
+def test_pods_of_another_attempt_are_deleted_and_never_reapplied() -> None:
+    job = {**JOB, "status": {"attempt": 2, "conditions": []}}
+    stale = [running(p) for p in pods_of(JOB, attempt=1).values()]
+    plan = reconcile(job, stale, NOW)
+    assert deleted(plan) == NAMES and applied(plan) == ["Service/mnist"]
+    assert all(
+        isinstance(d, Delete) and d.kind == "Pod" and d.grace_period_seconds is None for d in plan.delete
+    )
+
+
+def test_the_user_container_env_reaches_the_applied_pods() -> None:
+    job = manifest(
+        {"role": "Worker", "count": 1, "template": template(container(env=[{"name": "LR", "value": "0.1"}]))}
+    )
+    plan = reconcile(job, [], NOW)
+    assert plan.apply[1]["spec"]["containers"][0]["env"][-1] == {"name": "LR", "value": "0.1"}

@@ -1,0 +1,88 @@
+"""Status transitions: conditions keep their transition time, the phase summarises them, events mark changes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dtjob.api import Condition, ConditionType, JobStatus
+from dtjob.plan import reconcile
+from dtjob.status import Event, transition_events
+from tests.unit.builders import NOW, exited, manifest, pods_of, running
+
+JOB = manifest(("Worker", 2))
+
+
+def status_after(job: dict[str, Any], children: list[dict[str, Any]], seconds: int) -> dict[str, Any]:
+    plan = reconcile(job, children, NOW + timedelta(seconds=seconds))
+    return {**job, "status": plan.status} if plan.status is not None else job
+
+
+def test_a_restarted_gang_running_again_clears_restarting_without_an_event_of_its_own() -> None:
+    job = status_after(JOB, [], 0)
+    first = pods_of(JOB, attempt=1)
+    job = status_after(job, [running(first["mnist-worker-0"]), exited(first["mnist-worker-1"], 1)], 10)
+    assert job["status"]["phase"] == "Restarting"
+    job = status_after(job, [], 20)  # the old pods are gone and the backoff passed: attempt 2 is created
+    second = [running(p) for p in pods_of(JOB, attempt=2).values()]
+    plan = reconcile(job, second, NOW + timedelta(seconds=30))
+    assert plan.status is not None and plan.status["phase"] == "Running" and plan.status["attempt"] == 2
+    conditions = {c["type"]: (c["status"], c["lastTransitionTime"]) for c in plan.status["conditions"]}
+    assert conditions == {
+        "Created": ("True", "2030-01-01T12:00:00Z"),  # kept from the first pass: it never changed status
+        "Restarting": ("False", "2030-01-01T12:00:30Z"),
+        "Running": ("True", "2030-01-01T12:00:30Z"),
+    }
+    assert plan.events == [Event("Normal", "AllReplicasRunning", "2/2 pods of attempt 2 are running")]
+
+
+def condition(type_: str, status: str, reason: str = "Because") -> Condition:
+    return Condition.model_validate(
+        {"type": type_, "status": status, "reason": reason, "lastTransitionTime": "2030-01-01T00:00:00Z"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "events"),
+    [
+        pytest.param([], [condition("Running", "True", "AllReplicasRunning")], [Event("Normal", "AllReplicasRunning", "")],
+                     id="a condition appearing True is announced"),
+        pytest.param([condition("Running", "True")], [condition("Running", "True", "Other")], [],
+                     id="a condition whose status did not change is not announced"),
+        pytest.param([condition("Running", "True")], [condition("Running", "False", "Succeeded")], [],
+                     id="Running going False is implied by what ended it"),
+        pytest.param([], [condition("Failed", "True", "BackoffLimitExceeded")], [Event("Warning", "BackoffLimitExceeded", "")],
+                     id="failure is a warning"),
+        pytest.param([], [condition("Restarting", "True", "Preempted")], [Event("Warning", "Preempted", "")],
+                     id="a restart is a warning"),
+        pytest.param([condition("Suspended", "True")], [condition("Suspended", "False", "Resumed")], [Event("Normal", "Resumed", "")],
+                     id="resuming is announced"),
+    ],
+)  # fmt: skip
+def test_transition_events(before: list[Condition], after: list[Condition], events: list[Event]) -> None:
+    assert transition_events(JobStatus(conditions=before), JobStatus(conditions=after)) == events
+
+
+def test_an_unreadable_stored_status_does_not_wedge_the_job() -> None:
+    job = {**JOB, "status": {"attempt": "not a number", "conditions": "garbage"}}
+    plan = reconcile(job, [], NOW)
+    assert plan.status is not None and plan.status["attempt"] == 1 and len(plan.apply) == 3
+
+
+def test_a_status_written_by_a_newer_operator_keeps_its_attempt() -> None:
+    job = {**JOB, "status": {"attempt": 7, "futureField": {"x": 1}, "conditions": []}}
+    plan = reconcile(job, [], NOW)
+    assert plan.status is not None and plan.status["attempt"] == 7
+    assert {p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in plan.apply[1:]} == {"7"}
+
+
+def test_every_status_the_operator_writes_reads_back_identically() -> None:
+    plan = reconcile(JOB, [], NOW)
+    assert plan.status is not None
+    assert (
+        JobStatus.model_validate(plan.status).model_dump(mode="json", by_alias=True, exclude_none=True)
+        == plan.status
+    )
+    assert ConditionType(plan.status["conditions"][0]["type"]) == ConditionType.CREATED
