@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TIER ?= C
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd test test-unit test-cluster demo
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd test test-unit demo
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,7 +17,7 @@ venv: $(VENV)/.installed ## Python virtualenv with the operator, the trainer run
 $(VENV)/.installed: pyproject.toml trainer-images/runtime/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,trainer]' -e trainer-images/runtime
+	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples]'
 	@touch $@
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)
@@ -46,4 +46,9 @@ test-unit: venv
 	$(PY) -m pytest tests/unit -q
 
 test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster, integration and e2e tests
-	$(PY) -m pytest -q -ra --durations=15
+	@# From a clean cluster: the session brings it up (and down) itself, with nothing left by a demo.
+	$(PY) -m localcluster down
+	$(PY) -m pytest -q -ra --durations=20
+
+demo: deps venv build ## Local cluster + operator via Helm + the DDP example trained to Succeeded
+	$(PY) -m hack.demo

@@ -23,7 +23,10 @@ def rss_mib(pid: int) -> float:
             children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
         except FileNotFoundError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0) / 1024
+        total += (
+            next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+            / 1024
+        )
         stack.extend(int(c) for c in children)
     return total
 

@@ -38,7 +38,16 @@ class Image:
 
 
 OPERATOR = Image("dtjob-operator", "operator/Dockerfile", ("pyproject.toml", "README.md", "operator/dtjob"))
-IMAGES = {image.name: image for image in (OPERATOR,)}
+_TRAINER_INPUTS = ("trainer-images/runtime", "trainer-images/examples")
+TORCH_TRAINER = Image(
+    "dtjob-trainer-torch", "trainer-images/torch/Dockerfile", ("trainer-images/torch", *_TRAINER_INPUTS)
+)
+TENSORFLOW_TRAINER = Image(
+    "dtjob-trainer-tensorflow",
+    "trainer-images/tensorflow/Dockerfile",
+    ("trainer-images/tensorflow", *_TRAINER_INPUTS),
+)
+IMAGES = {image.name: image for image in (OPERATOR, TORCH_TRAINER, TENSORFLOW_TRAINER)}
 
 
 def ensure(cluster: Cluster, image: Image) -> str:

@@ -20,7 +20,7 @@ from localcluster.layout import HERE, Layout
 
 PAUSE_IMAGE = "localhost/pause:3.10"
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates", "passwd")
 DEBIAN_SUITE = "bookworm"
 
 
@@ -133,7 +133,8 @@ class Buildah:
                "--storage-driver", "vfs", *args]  # fmt: skip
         proc = subprocess.run(cmd, check=False, capture_output=capture, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+            output = f"{proc.stdout}\n{proc.stderr}" if capture else "(its output is above)"
+            raise RuntimeError(f"{' '.join(cmd)} failed: {output}")
         return proc.stdout.strip() if capture else ""
 
     def has(self, image: str) -> bool:

@@ -48,6 +48,34 @@ def _write_or_check(render: Callable[[], str], command: str) -> Callable[[argpar
     return run
 
 
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    scope.add_argument(
+        "-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)"
+    )
+    parser.add_argument(
+        "--liveness", metavar="URL", help="serve /healthz here, e.g. http://0.0.0.0:8081/healthz"
+    )
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def _run_operator(args: argparse.Namespace) -> int:
+    import kopf  # only the operator needs Kopf; `dtjob crd` and `dtjob docs` stay light
+
+    import dtjob.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(verbose=args.verbose)
+    # One operator per cluster (the chart runs one replica with the Recreate strategy): no peering.
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
 SUBCOMMANDS: list[Subcommand] = [
     Subcommand(
         "crd",
@@ -61,7 +89,7 @@ SUBCOMMANDS: list[Subcommand] = [
         _generated_file(docs.DOCS_FILE),
         _write_or_check(docs.render_markdown, "docs"),
     ),
-    # The operator itself (`dtjob run`) registers here too.
+    Subcommand("run", "run the operator", _configure_run, _run_operator),
 ]
 
 

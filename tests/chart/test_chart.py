@@ -40,10 +40,14 @@ def test_the_charts_crds_are_byte_identical_to_the_generated_ones() -> None:
     generated = sorted((REPO / "crds").glob("*.yaml"))
     assert generated
     for crd in generated:
-        assert (CHART / "crds" / crd.name).read_bytes() == crd.read_bytes(), f"run `make crd` ({crd.name} differs)"
+        assert (CHART / "crds" / crd.name).read_bytes() == crd.read_bytes(), (
+            f"run `make crd` ({crd.name} differs)"
+        )
 
 
-@pytest.mark.parametrize("bad", ["bogus=1", "image.pullPolicy=Sometimes", "metrics.port=70000", "logLevel=trace"])
+@pytest.mark.parametrize(
+    "bad", ["bogus=1", "image.pullPolicy=Sometimes", "metrics.port=70000", "logLevel=trace"]
+)
 def test_the_values_schema_rejects_unknown_or_invalid_values(bad: str) -> None:
     result = helm("template", "r", str(CHART), "--set", bad, check=False)
     assert result.returncode != 0, f"{bad} was accepted"

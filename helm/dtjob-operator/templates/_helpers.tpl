@@ -1,5 +1,7 @@
 {{- define "dtjob.name" -}}dtjob-operator{{- end -}}
 {{- define "dtjob.fullname" -}}{{ .Release.Name | trunc 40 | trimSuffix "-" }}-dtjob-operator{{- end -}}
+{{/* Cluster-scoped objects: unique per release and namespace, so installs in two namespaces coexist. */}}
+{{- define "dtjob.clusterName" -}}{{ printf "%s-%s" .Release.Namespace (include "dtjob.fullname" .) | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- define "dtjob.labels" -}}
 app.kubernetes.io/name: {{ include "dtjob.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

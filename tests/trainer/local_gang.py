@@ -1,0 +1,260 @@
+"""Run a job's pods as local processes, with exactly the command and env the operator renders.
+
+The pods come from the operator's own `dtjob.desired.render_children` applied to a manifest from
+examples/. Only what a pod network and the kubelet would provide is substituted:
+- rank 0's DNS name (MASTER_ADDR, PET_MASTER_ADDR) and every TF_CONFIG host become 127.0.0.1, and the
+  ports become free local ports, since all "pods" share this machine's network namespace;
+- `python` in the command is this interpreter, and the image's PYTHONPATH points at the examples;
+- the directories the job mounts (checkpoint.path, output.modelDir) are set in the job to a temporary
+  directory before rendering, and DTJ_METRICS_PORT / DTJ_TERMINATION_MESSAGE_PATH get per-process
+  values (a pod has its own port space and its own /dev/termination-log).
+Everything else is the operator's env, verbatim (CLUSTER_SPEC keeps its DNS names: nothing here reads it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from dtjob.desired import render_children
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_MANIFESTS = REPO / "examples"
+EXAMPLE_CODE = REPO / "trainer-images" / "examples"
+RUN_TIMEOUT_S = 240
+Results = dict[str, dict[str, Any]]
+# Rank 0's address as the operator renders it, for one process per pod and for torchrun.
+_TORCH_RENDEZVOUS_VARS = (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def example_module(name: str) -> ModuleType:
+    """A self-contained module of the examples package, loaded from its file (the package itself is
+    on the image's PYTHONPATH, not on the test runner's)."""
+    module_name = f"example_file_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            module_name, EXAMPLE_CODE / "dtjob_examples" / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+def local_job(manifest: str, workdir: Path) -> dict[str, Any]:
+    """The example job as the apiserver would hand it to the operator, with mounts under `workdir`."""
+    job = yaml.safe_load((EXAMPLE_MANIFESTS / manifest).read_text())
+    job["metadata"].update(namespace="default", uid=str(uuid.uuid4()))
+    job["spec"]["checkpoint"]["path"] = str(workdir / "checkpoints")
+    job["spec"].setdefault("output", {})["modelDir"] = str(workdir / "model")
+    return job
+
+
+def rendered_pods(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
+    """The Pods the operator renders for `attempt` of `job` (its own function, not a copy)."""
+    return [child for child in render_children(job, attempt) if child["kind"] == "Pod"]
+
+
+@dataclass
+class LocalPod:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    termination_message_path: Path
+    metrics_port: int
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def result(self) -> dict[str, Any]:
+        """The example's final JSON line."""
+        for line in reversed(self.log().splitlines()):
+            if line.startswith("{") and '"event": "result"' in line:
+                return dict(json.loads(line))
+        raise AssertionError(f"{self.name} printed no result line; log tail:\n{self.log()[-3000:]}")
+
+    def termination_message(self) -> dict[str, Any]:
+        return dict(json.loads(self.termination_message_path.read_text()))
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout:.0f}s; log tail:\n{self.log()[-3000:]}"
+            ) from None
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+
+class LocalGang:
+    """The pods of one attempt, started together; every process is killed when the block ends."""
+
+    def __init__(self, pods: list[dict[str, Any]], workdir: Path) -> None:
+        self.pods: dict[str, LocalPod] = {}
+        self._workdir = workdir
+        self._specs = pods
+        self._addresses = _local_addresses(pods)
+
+    def start(self) -> LocalGang:
+        for pod in self._specs:
+            self._start(pod)
+        return self
+
+    def pod_named(self, suffix: str) -> LocalPod:
+        """The pod whose name ends with `suffix`, e.g. "worker-1"."""
+        matches = [pod for name, pod in self.pods.items() if name.endswith(suffix)]
+        assert len(matches) == 1, f"{suffix!r} matches {[pod.name for pod in matches]} in {list(self.pods)}"
+        return matches[0]
+
+    def wait_all(self, timeout: float) -> dict[str, int]:
+        deadline = time.monotonic() + timeout
+        return {name: pod.wait(max(0.0, deadline - time.monotonic())) for name, pod in self.pods.items()}
+
+    def stop_with_sigterm(self, suffix: str, timeout: float) -> tuple[dict[str, int], float]:
+        """SIGTERM to one pod, as the kubelet sends it on preemption; every pod's exit code, and the
+        seconds from the signal until the last pod exited."""
+        signalled = time.monotonic()
+        self.pod_named(suffix).signal(signal.SIGTERM)
+        codes = self.wait_all(timeout)
+        return codes, time.monotonic() - signalled
+
+    def kill_all(self) -> None:
+        """What the operator does to a gang: every pod goes, at once."""
+        for pod in self.pods.values():
+            if pod.process.poll() is None:
+                pod.process.kill()
+        for pod in self.pods.values():
+            pod.process.wait()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}\n{pod.log()[-3000:]}" for name, pod in self.pods.items())
+
+    def _start(self, pod: Mapping[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        container = _trainer_container(pod)
+        metrics_port = free_port()
+        termination_message_path = self._workdir / f"{name}.termination-log"
+        env = {
+            # The image's environment.
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(EXAMPLE_CODE),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            # Per pod: its own port space and its own /dev/termination-log.
+            "DTJ_METRICS_PORT": str(metrics_port),
+            "DTJ_TERMINATION_MESSAGE_PATH": str(termination_message_path),
+        }
+        env.update(self._localized(_env_of(container)))
+        argv = [*container.get("command", []), *container.get("args", [])]
+        argv = [sys.executable if arg in ("python", "python3") else arg for arg in argv]
+        log_path = self._workdir / f"{name}.attempt-{env.get('DTJ_ATTEMPT', '0')}.log"
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
+        self.pods[name] = LocalPod(name, process, log_path, termination_message_path, metrics_port)
+
+    def _localized(self, env: dict[str, str]) -> dict[str, str]:
+        local = dict(env)
+        for address_var, port_var in _TORCH_RENDEZVOUS_VARS:
+            if address_var in local:
+                host, port = self._addresses[f"{local[address_var]}:{local[port_var]}"].rsplit(":", 1)
+                local[address_var], local[port_var] = host, port
+        if "TF_CONFIG" in local:
+            tf_config = json.loads(local["TF_CONFIG"])
+            tf_config["cluster"] = {
+                job: [self._addresses[address] for address in tasks]
+                for job, tasks in tf_config["cluster"].items()
+            }
+            local["TF_CONFIG"] = json.dumps(tf_config)
+        return local
+
+
+@contextmanager
+def running(pods: list[dict[str, Any]], workdir: Path) -> Iterator[LocalGang]:
+    gang = LocalGang(pods, workdir)
+    try:
+        yield gang.start()
+    finally:
+        gang.kill_all()
+
+
+def run_to_completion(job: dict[str, Any], attempt: int, workdir: Path) -> dict[str, LocalPod]:
+    with running(rendered_pods(job, attempt), workdir) as gang:
+        codes = gang.wait_all(RUN_TIMEOUT_S)
+        assert set(codes.values()) == {0}, f"exit codes {codes}\n{gang.logs()}"
+        return gang.pods
+
+
+def train(job: dict[str, Any], attempt: int, workdir: Path) -> Results:
+    """Run the gang to completion; each rank's result line."""
+    return {name: pod.result() for name, pod in run_to_completion(job, attempt, workdir).items()}
+
+
+def the_one(values: set[Any]) -> Any:
+    assert len(values) == 1, f"ranks disagree: {values}"
+    return next(iter(values))
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _trainer_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == "trainer"), containers[0])
+
+
+def _env_of(container: Mapping[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        assert "value" in entry, f"the local gang runs literal env values only, not {entry}"
+        env[entry["name"]] = str(entry["value"])
+    return env
+
+
+def _local_addresses(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Every rendezvous address the pods name ("host:port") mapped to a free local one."""
+    names: set[str] = set()
+    for pod in pods:
+        env = _env_of(_trainer_container(pod))
+        for address_var, port_var in _TORCH_RENDEZVOUS_VARS:
+            if address_var in env:
+                names.add(f"{env[address_var]}:{env[port_var]}")
+        if "TF_CONFIG" in env:
+            for tasks in json.loads(env["TF_CONFIG"])["cluster"].values():
+                names.update(tasks)
+    return {name: f"127.0.0.1:{free_port()}" for name in sorted(names)}

@@ -1,0 +1,107 @@
+"""The PyTorch checkpoint manager in one process: what a restore brings back, and asynchronous saves."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from dtjob_trainer.environment import TorchRendezvous
+from dtjob_trainer.pytorch.checkpoint import CheckpointManager
+from dtjob_trainer.pytorch.distributed import DistributedContext, init_distributed
+from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
+from dtjob_trainer.pytorch.state import TrainingProgress, TrainingState
+from torch import nn
+
+
+@pytest.fixture
+def context() -> Iterator[DistributedContext]:
+    context = init_distributed(TorchRendezvous("127.0.0.1", 29500, world_size=1, rank=0, local_rank=0), 10)
+    yield context
+    dist.destroy_process_group()
+
+
+def new_state(seed: int) -> TrainingState:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return TrainingState(model, optimizer, scheduler)
+
+
+def train(state: TrainingState, steps: int) -> None:
+    for _ in range(steps):
+        state.optimizer.zero_grad()
+        state.model(torch.randn(4, 8)).sum().backward()
+        state.optimizer.step()
+        assert state.scheduler is not None
+        state.scheduler.step()
+        state.progress.step += 1
+        state.progress.batches_in_epoch += 1
+
+
+def assert_same_training_state(restored: TrainingState, saved: TrainingState) -> None:
+    for (name, left), right in zip(
+        restored.model.state_dict().items(), saved.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(left, right), name
+    for key, left in restored.optimizer.state_dict()["state"].items():
+        assert torch.equal(
+            left["momentum_buffer"], saved.optimizer.state_dict()["state"][key]["momentum_buffer"]
+        )
+    assert restored.scheduler is not None and saved.scheduler is not None
+    assert restored.scheduler.state_dict() == saved.scheduler.state_dict()
+    assert restored.progress == saved.progress
+
+
+def test_a_restore_brings_back_model_optimizer_scheduler_progress_and_rng(
+    context: DistributedContext, tmp_path: Path
+) -> None:
+    saved = new_state(seed=0)
+    train(saved, steps=3)
+    saved.progress.epoch = 1
+    CheckpointManager(tmp_path, context).save(saved)
+    next_draws = torch.rand(5)
+
+    restored = new_state(seed=1)
+    step = CheckpointManager(tmp_path, context).restore_latest(restored)
+
+    assert step == 3
+    assert_same_training_state(restored, saved)
+    assert torch.equal(torch.rand(5), next_draws)
+
+
+def test_nothing_to_restore_leaves_the_state_alone(context: DistributedContext, tmp_path: Path) -> None:
+    state = new_state(seed=0)
+    assert CheckpointManager(tmp_path, context).restore_latest(state) is None
+    assert state.progress == TrainingProgress()
+
+
+def test_an_asynchronous_save_keeps_the_state_as_it_was_when_called(
+    context: DistributedContext, tmp_path: Path
+) -> None:
+    state = new_state(seed=0)
+    train(state, steps=2)
+    snapshot = copy.deepcopy(state)
+    manager = CheckpointManager(tmp_path, context)
+    manager.save_async(state)
+    train(state, steps=2)  # goes on mutating the live tensors while the write may be in flight
+    manager.close()
+    assert manager.published_step == 2
+
+    restored = new_state(seed=1)
+    CheckpointManager(tmp_path, context).restore_latest(restored)
+    assert_same_training_state(restored, snapshot)
+
+
+def test_a_resumed_sampler_yields_exactly_the_rest_of_the_epoch() -> None:
+    dataset = list(range(101))
+    uninterrupted = ResumableDistributedSampler(dataset, num_replicas=2, rank=1, seed=7)
+    uninterrupted.set_position(epoch=4, samples_done=0)
+    resumed = ResumableDistributedSampler(dataset, num_replicas=2, rank=1, seed=7)
+    resumed.set_position(epoch=4, samples_done=10)
+    assert list(resumed) == list(uninterrupted)[10:]
+    assert len(resumed) == len(uninterrupted) - 10

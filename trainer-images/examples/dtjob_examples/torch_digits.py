@@ -1,0 +1,157 @@
+"""An MLP on the digits data set with the dtjob runtime, replicated (DDP) or sharded (FSDP2).
+
+Resumes exactly: with the same seed, a run that was stopped and restarted ends with the same weights
+as one that was not (sampler position, RNG states, optimizer and LR scheduler are all checkpointed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from dtjob_trainer.environment import TrainerEnvironment
+from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
+from dtjob_trainer.pytorch.rng import seed_everything
+from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
+from dtjob_trainer.pytorch.session import open_session
+from dtjob_trainer.pytorch.state import TrainingState
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+
+from dtjob_examples.digits import CLASSES, FEATURES, load_digits_split
+from dtjob_examples.reporting import configure_logging, print_result
+
+Parallelism = Literal["ddp", "fsdp"]
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps")
+    parser.add_argument("--async-checkpoints", action="store_true")
+    parser.add_argument("--min-accuracy", type=float, default=0.95, help="exit 1 below this test accuracy")
+    return parser.parse_args(argv)
+
+
+def build_model() -> nn.Sequential:
+    # Dropout makes the run depend on the RNG streams, which the checkpoints therefore must carry.
+    return nn.Sequential(
+        nn.Linear(FEATURES, 128),
+        nn.ReLU(),
+        nn.Dropout(0.1),
+        nn.Linear(128, 64),
+        nn.ReLU(),
+        nn.Linear(64, CLASSES),
+    )
+
+
+def parallelize(model: nn.Sequential, parallelism: Parallelism, context: DistributedContext) -> nn.Module:
+    if parallelism == "ddp":
+        device_ids = [context.device.index] if context.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)  # shards in place: the module is now also an FSDPModule
+    return model
+
+
+def full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Unsharded, unwrapped weights on the CPU; collective for sharded models."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    return {name: tensor.detach().cpu() for name, tensor in state.items() if isinstance(tensor, torch.Tensor)}
+
+
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(weights[name].contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    configure_logging()
+    env = TrainerEnvironment.from_environ()
+    seed_everything(args.seed)
+    data = load_digits_split()
+    with distributed(env.torch, env.rendezvous_timeout_s) as context:
+        device = context.device
+        model = parallelize(build_model().to(device), parallelism, context)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        train_set = TensorDataset(torch.from_numpy(data.x_train), torch.from_numpy(data.y_train))
+        sampler = ResumableDistributedSampler(
+            train_set, num_replicas=context.world_size, rank=context.rank, shuffle=True, seed=args.seed
+        )
+        steps_per_epoch = math.ceil(sampler.num_samples / args.batch_size)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
+        # A private generator: DataLoader draws a seed from the global RNG each epoch otherwise, which
+        # a resumed run would not replay.
+        loader = DataLoader(
+            train_set,
+            batch_size=args.batch_size,
+            sampler=sampler,
+            generator=torch.Generator().manual_seed(args.seed),
+        )
+        state = TrainingState(model, optimizer, scheduler)
+        with open_session(
+            env,
+            context,
+            state,
+            checkpoint_every_steps=args.checkpoint_every,
+            sharded=parallelism == "fsdp",
+            asynchronous_checkpoints=args.async_checkpoints,
+        ) as session:
+            resumed_from = session.resume()
+            progress = state.progress
+            for epoch in range(progress.epoch, args.epochs):
+                sampler.set_position(epoch, progress.batches_in_epoch * args.batch_size)
+                model.train()
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    scheduler.step()
+                    session.end_of_step(loss.item(), samples=len(y))
+                session.end_of_epoch()
+        weights = full_weights(model)
+        test_accuracy = accuracy(
+            model, torch.from_numpy(data.x_test).to(device), torch.from_numpy(data.y_test).to(device)
+        )
+        if context.is_rank_zero and env.model_dir is not None:
+            Path(env.model_dir).mkdir(parents=True, exist_ok=True)
+            torch.save(weights, Path(env.model_dir) / "model.pt")
+        print_result(
+            rank=context.rank,
+            step=state.progress.step,
+            resumed_from_step=resumed_from,
+            test_accuracy=test_accuracy,
+            weights_sha256=weights_digest(weights),
+        )
+    return 0 if test_accuracy >= args.min_accuracy else 1
+
+
+def main(parallelism: Parallelism) -> None:
+    sys.exit(run(parallelism, sys.argv[1:]))

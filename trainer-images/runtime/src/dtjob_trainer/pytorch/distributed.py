@@ -1,0 +1,77 @@
+"""Join the job's torch.distributed process group: NCCL when a GPU is visible, gloo otherwise."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from dtjob_trainer.environment import TorchRendezvous
+from dtjob_trainer.reachability import Deadline, wait_until_accepting, wait_until_resolvable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_rank_zero(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> DistributedContext:
+    """Initialise the default process group, waiting up to `rendezvous_timeout_s` for rank 0.
+
+    Raises reachability.RendezvousTimeout when rank 0's name does not resolve or its port does not
+    accept connections in time.
+    """
+    if torch.cuda.is_available():
+        backend, device = "nccl", torch.device("cuda", rendezvous.local_rank)
+        torch.cuda.set_device(device)
+    else:
+        backend, device = "gloo", torch.device("cpu")
+    if rendezvous.world_size == 1:
+        # A single process has no one to meet: its store listens on any free loopback port.
+        dist.init_process_group(backend, init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    else:
+        host, port = rendezvous.master_addr, rendezvous.master_port
+        deadline = Deadline.after(rendezvous_timeout_s)
+        # Every rank, rank 0 included, connects to the store by this name.
+        wait_until_resolvable(host, port, deadline)
+        if rendezvous.rank != 0:
+            wait_until_accepting(host, port, deadline)
+        bracketed = f"[{host}]" if ":" in host else host  # an IPv6 literal
+        log.info("joining %s process group at %s:%d as rank %d", backend, host, port, rendezvous.rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{bracketed}:{port}",
+            rank=rendezvous.rank,
+            world_size=rendezvous.world_size,
+        )
+    return DistributedContext(
+        rank=rendezvous.rank,
+        world_size=rendezvous.world_size,
+        local_rank=rendezvous.local_rank,
+        backend=backend,
+        device=device,
+    )
+
+
+@contextmanager
+def distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> Iterator[DistributedContext]:
+    """init_distributed, and destroy the process group on the way out (also on SystemExit)."""
+    context = init_distributed(rendezvous, rendezvous_timeout_s)
+    try:
+        yield context
+    finally:
+        dist.destroy_process_group()
