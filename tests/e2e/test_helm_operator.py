@@ -91,7 +91,11 @@ def test_helm_installed_operator_runs_a_job_survives_an_upgrade_and_uninstall_ke
     jobs.wait_condition("helm-ddp", "Succeeded")
 
     # The metrics endpoint tells what happened, through the upgraded operator.
-    text = wait_for(lambda: (m := metrics(upgraded)) if 'phase="Succeeded"' in m else None, "metrics")
+    def succeeded_in_metrics() -> str | None:
+        text = metrics(upgraded)
+        return text if 'phase="Succeeded"' in text else None
+
+    text = wait_for(succeeded_in_metrics, "the Succeeded job in the metrics")
     assert f'dtjob_jobs{{framework="PyTorch",namespace="{namespace}",phase="Succeeded"}} 1.0' in text
     assert "dtjob_reconcile_duration_seconds_count" in text
 
