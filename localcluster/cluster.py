@@ -144,7 +144,12 @@ class Cluster:
 
     def build_image(self, context: Path, image: str, dockerfile: Path | None = None) -> None:
         """Build a Dockerfile into the cluster's containerd (no Docker, no registry)."""
-        self.import_image(images.Buildah(self.layout).build(context, image, dockerfile))
+        buildah = images.Buildah(self.layout)
+        archive = buildah.build(context, image, dockerfile)
+        self.import_image(archive)
+        # containerd's store is the copy that counts; the others would only fill the disk (GBs for torch).
+        archive.unlink()
+        buildah.remove(image)
 
     def wait_nodes_ready(self, count: int, label: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -22,6 +22,8 @@ PAUSE_IMAGE = "localhost/pause:3.10"
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates", "passwd")
 DEBIAN_SUITE = "bookworm"
+# Docker's default PATH (sbin included: Dockerfiles call useradd) and a UTF-8 locale.
+BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 
 
 def _log(msg: str) -> None:
@@ -144,13 +146,17 @@ class Buildah:
         except RuntimeError:
             return False
 
+    def remove(self, image: str) -> None:
+        self._run("rmi", "--force", image)
+
     def base_image(self) -> str:
         rootfs = base_rootfs(self.layout)
-        image = f"localhost/dtjob-base:{rootfs.stem.rsplit('-', 1)[-1]}"
+        config_key = hashlib.sha256("\n".join(BASE_ENV).encode()).hexdigest()[:6]
+        image = f"localhost/dtjob-base:{rootfs.stem.rsplit('-', 1)[-1]}-{config_key}"
         if not self.has(image):
             ctr = self._run("from", "scratch")
             self._run("add", ctr, str(rootfs), "/")
-            self._run("config", "--env", "PATH=/usr/local/bin:/usr/bin:/bin", "--env", "LANG=C.UTF-8", ctr)
+            self._run("config", *(arg for env in BASE_ENV for arg in ("--env", env)), ctr)
             self._run("commit", "--rm", ctr, image)
         return image
 

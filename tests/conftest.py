@@ -17,8 +17,8 @@ from localcluster.layout import Layout
 # The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
 os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
 
-import pytest  # noqa: E402
-from kubernetes import client, config  # noqa: E402
+import pytest
+from kubernetes import client, config
 
 TIER_ORDER = [Tier.A, Tier.B, Tier.C]
 

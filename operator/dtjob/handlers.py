@@ -1,9 +1,9 @@
-"""The only Kopf adapter: one long-lived loop per job, woken by its pods and its own changes.
+"""The only Kopf adapter: one long-lived loop per job, woken by its pods, their nodes and its own changes.
 
-Level-triggered: every pass reads the job and its children afresh, calls the pure `reconcile`, and
-executes the resulting Plan. Pod and job events only wake the job's loop early; a periodic resync covers
-anything missed (a lost watch event, an operator restart). All state that must survive a restart (the
-attempt, restart counters) lives in the job's status, never in memory.
+Level-triggered: every pass reads the job, its children and their nodes afresh, calls the pure
+`reconcile`, and executes the resulting Plan. Pod, node and job events only wake the job's loop early;
+a periodic resync covers anything missed (a lost watch event, an operator restart). All state that
+must survive a restart (the attempt, restart counters) lives in the job's status, never in memory.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ JobKey = tuple[str, str]
 
 
 def _wakeups(memo: kopf.Memo) -> dict[JobKey, asyncio.Event]:
-    wakeups: dict[JobKey, asyncio.Event] = memo.setdefault("wakeups", {})
+    wakeups: dict[JobKey, asyncio.Event] = memo["wakeups"]
     return wakeups
 
 
@@ -43,7 +43,11 @@ def _wake(memo: kopf.Memo, namespace: str | None, name: str | None) -> None:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Each object's memo is a shallow copy of this operator-wide one: created here, the one registry of
+    # wake-up events is shared by the pods' handlers and the jobs' loops (created later, each object
+    # would get a registry of its own, and a pod's change would never wake its job).
+    memo["wakeups"] = {}
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
@@ -61,6 +65,28 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
 def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
+
+
+@kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def jobs_by_node(
+    namespace: str | None, spec: kopf.Spec, labels: kopf.Labels, **_: Any
+) -> dict[str, JobKey] | None:
+    """The job of every bound pod, by node: what a node's trouble must wake."""
+    node = spec.get("nodeName")
+    return {node: (namespace, labels[JOB_NAME_LABEL])} if node and namespace else None
+
+
+@kopf.on.event("nodes")
+def node_changed(type: str, name: str, status: kopf.Status, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s, the
+    taint manager 300 s): wake the jobs on it, whose passes judge the node themselves."""
+    jobs_by_node: kopf.Index[str, JobKey] = kwargs["jobs_by_node"]  # Kopf passes indexes by name
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    if type == "DELETED" or not ready:
+        for namespace, job in set(jobs_by_node.get(name, [])):
+            _wake(memo, namespace, job)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -103,7 +129,8 @@ def _reconcile_blocking(namespace: str, name: str) -> float:
     if job is None or job["metadata"].get("deletionTimestamp"):
         return RESYNC_SECONDS
     now = datetime.now(UTC)
-    plan = reconcile(job, io.children_of(namespace, job), now)
+    children = io.children_of(namespace, job)
+    plan = reconcile(job, children, now, io.read_nodes(children))
     io.execute(job, plan)
     metrics.record_pass(job, plan.status, now)
     if plan.requeue_after is not None:

@@ -1,15 +1,17 @@
 """What a job's children look like right now: each pod classified, grouped by attempt. Pure.
 
-Classification is an ordered chain of small rules over one pod (first match wins), so finer failure
-handling (image pull errors that persist, node-lost grace periods, exit-code tables) extends the chain
-without touching its callers.
+Classification is an ordered chain of small rules over one pod (first match wins). What a pod's end
+means for the gang (a preemption, a failure worth retrying, a permanent one) is decided from this view
+and the restart policy in `policy.fault_of`; here a pod is only described as Kubernetes reports it, with
+the time-based judgements (a node NotReady too long, an image error that persists, a pod stuck
+Terminating) made against `now`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
@@ -24,11 +26,13 @@ class PodState(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     PREEMPTED = "Preempted"
+    LOST = "Lost"
+    """Deleted (or gone) before it ended, with nothing on the pod saying why."""
     UNKNOWN = "Unknown"
 
 
 ACTIVE_STATES: Final = frozenset({PodState.PENDING, PodState.RUNNING, PodState.READY, PodState.UNKNOWN})
-ENDED_ABNORMALLY: Final = frozenset({PodState.FAILED, PodState.PREEMPTED})
+ENDED_ABNORMALLY: Final = frozenset({PodState.FAILED, PodState.PREEMPTED, PodState.LOST})
 
 # DisruptionTarget reasons: Kubernetes took the pod away; the training code did nothing wrong.
 DISRUPTION_REASONS: Final = frozenset(
@@ -43,6 +47,17 @@ DISRUPTION_REASONS: Final = frozenset(
 # status.reason of pods the kubelet ended: graceful node shutdown (Terminated; Shutdown before 1.22),
 # rejected while the node shuts down (NodeShutdown), node-pressure eviction (Evicted).
 DISRUPTED_POD_REASONS: Final = frozenset({"Terminated", "Shutdown", "NodeShutdown", "Evicted"})
+# A node whose kubelet stopped reporting is already NotReady for the node-monitor grace period (40-50 s);
+# a collective cannot progress without it, but a network blip should not cost a restart: a minute more.
+NODE_NOT_READY_GRACE: Final = timedelta(seconds=60)
+# Image errors the kubelet retries (a registry hiccup clears within its first back-offs) count once they
+# have lasted this long since the pod was scheduled; the others never clear and count at once.
+IMAGE_PULL_GRACE: Final = timedelta(seconds=120)
+RETRIED_IMAGE_ERRORS: Final = frozenset({"ErrImagePull", "ImagePullBackOff"})
+FINAL_IMAGE_ERRORS: Final = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+IMAGE_ERRORS: Final = RETRIED_IMAGE_ERRORS | FINAL_IMAGE_ERRORS
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+NEVER: Final = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,18 @@ class PodView:
     terminating: bool = False
     unschedulable: bool = False
     """The scheduler reported it cannot place the pod (PodScheduled=False, Unschedulable)."""
-    node_lost: bool = False
+    stuck: bool = False
+    """Terminating past its grace period on a lost node: no kubelet will ever finish it (force-delete)."""
+    recheck_at: datetime | None = None
+    """When time alone may change this view (a grace running out); None when nothing is pending."""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    not_ready_since: datetime | None
+    """When the Ready condition last left True; None while the node is Ready."""
+    not_ready_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,30 +101,54 @@ class Observed:
     def not_of_attempt(self, attempt: int) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.attempt != attempt)
 
+    def recheck_at(self) -> datetime | None:
+        """The soonest moment a pod's view changes by time alone."""
+        return min((p.recheck_at for p in self.pods if p.recheck_at is not None), default=None)
 
-def observe(children: Sequence[Mapping[str, Any]], nodes: Collection[str] | None = None) -> Observed:
-    """Classify the job's pods; `nodes`, when known, are the names of the nodes that still exist."""
+
+def observe(
+    children: Sequence[Mapping[str, Any]], now: datetime, nodes: Sequence[Mapping[str, Any]] | None = None
+) -> Observed:
+    """Classify the job's pods. `nodes`: the Node objects the pods are bound to, read after the pods (a
+    bound pod whose node is absent sits on a deleted node); None when unknown, which skips node checks."""
+    known = None if nodes is None else {v.name: v for v in map(node_view, nodes)}
     service = next((c for c in children if c.get("kind") == "Service"), None)
     pods = tuple(
         sorted(
-            (classify(c, nodes) for c in children if c.get("kind") == "Pod"),
+            (classify(c, now, known) for c in children if c.get("kind") == "Pod"),
             key=lambda p: (p.attempt or 0, p.name),
         )
     )
     return Observed(service=service, pods=pods)
 
 
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    name = str((node.get("metadata") or {}).get("name", ""))
+    if ready.get("status") == "True":
+        return NodeView(name, None)
+    since = ready.get("lastTransitionTime")
+    # A node that never reported Ready is as lost as one that stopped: count from its creation.
+    since = since or (node.get("metadata") or {}).get("creationTimestamp")
+    reason = f"Ready={ready.get('status', 'Unknown')}: {ready.get('message') or ready.get('reason', '')}"
+    return NodeView(name, parse_timestamp(since) if since else NEVER, reason.rstrip(": "))
+
+
 @dataclass(frozen=True)
 class _Facts:
-    """The parts of a pod the rules read."""
+    """The parts of a pod the rules read, with the node's and the clock's verdicts already made."""
 
     phase: str
     reason: str
     message: str
     conditions: Mapping[str, Mapping[str, Any]]
-    trainer_state: Mapping[str, Any]
-    node: str | None
-    node_exists: bool
+    trainer: Mapping[str, Any]
+    """The trainer container's status (name, image, state)."""
+    terminating: bool
+    node_lost: str | None
+    """Why the pod's node is gone for good (deleted, or NotReady past the grace); None if it is not."""
+    image_error_persists: bool
 
 
 Classification = tuple[PodState, str, str]
@@ -106,12 +156,11 @@ _Rule = Callable[[_Facts], Classification | None]
 
 
 def _disrupted(facts: _Facts) -> Classification | None:
+    # A DisruptionTarget on a pod that is still running and not being deleted is a plan that may be
+    # dropped (the disruption controller clears stale ones): it counts once the pod ends or is deleted.
     target = facts.conditions.get("DisruptionTarget", {})
-    if (
-        facts.phase == "Failed"
-        and target.get("status") == "True"
-        and target.get("reason") in DISRUPTION_REASONS
-    ):
+    ending = facts.phase == "Failed" or facts.terminating
+    if ending and target.get("status") == "True" and target.get("reason") in DISRUPTION_REASONS:
         return PodState.PREEMPTED, str(target["reason"]), str(target.get("message", ""))
     if facts.phase == "Failed" and facts.reason in DISRUPTED_POD_REASONS:
         return PodState.PREEMPTED, facts.reason, facts.message
@@ -119,13 +168,27 @@ def _disrupted(facts: _Facts) -> Classification | None:
 
 
 def _node_lost(facts: _Facts) -> Classification | None:
-    if facts.node and not facts.node_exists and facts.phase not in ("Succeeded", "Failed"):
-        return PodState.PREEMPTED, "NodeLost", f"node {facts.node} no longer exists"
+    if facts.node_lost and facts.phase not in TERMINAL_PHASES:
+        return PodState.PREEMPTED, "NodeLost", facts.node_lost
+    return None
+
+
+def _deleted(facts: _Facts) -> Classification | None:
+    if facts.terminating and facts.phase not in TERMINAL_PHASES:
+        return PodState.LOST, "Deleted", "the pod was deleted before it ended, with no disruption condition"
+    return None
+
+
+def _image_error(facts: _Facts) -> Classification | None:
+    waiting = (facts.trainer.get("state") or {}).get("waiting") or {}
+    if facts.phase == "Pending" and facts.image_error_persists:
+        image = facts.trainer.get("image", "")
+        return PodState.FAILED, str(waiting["reason"]), f"image {image}: {waiting.get('message', '')}"
     return None
 
 
 def _ended(facts: _Facts) -> Classification | None:
-    terminated = facts.trainer_state.get("terminated") or {}
+    terminated = (facts.trainer.get("state") or {}).get("terminated") or {}
     if facts.phase == "Succeeded":
         return (
             PodState.SUCCEEDED,
@@ -143,7 +206,7 @@ def _live(facts: _Facts) -> Classification | None:
         ready = facts.conditions.get("Ready", {}).get("status") == "True"
         return (PodState.READY if ready else PodState.RUNNING), "", ""
     if facts.phase == "Pending":
-        waiting = facts.trainer_state.get("waiting") or {}
+        waiting = (facts.trainer.get("state") or {}).get("waiting") or {}
         scheduled = facts.conditions.get("PodScheduled", {})
         if waiting:
             return PodState.PENDING, str(waiting.get("reason", "")), str(waiting.get("message", ""))
@@ -151,28 +214,38 @@ def _live(facts: _Facts) -> Classification | None:
     return None
 
 
-CLASSIFIERS: Final[tuple[_Rule, ...]] = (_disrupted, _node_lost, _ended, _live)
+CLASSIFIERS: Final[tuple[_Rule, ...]] = (_disrupted, _node_lost, _deleted, _image_error, _ended, _live)
 
 
-def classify(pod: Mapping[str, Any], nodes: Collection[str] | None = None) -> PodView:
+def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView] | None = None) -> PodView:
+    """One pod as the gang policy sees it. `nodes`: the nodes known to exist, by name (None: unknown)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     labels = meta.get("labels") or {}
     node = spec.get("nodeName")
+    conditions = {str(c.get("type")): c for c in status.get("conditions") or []}
+    trainer = _trainer_status(spec, status)
+    created = _time(meta.get("creationTimestamp"))
+    deletion_due = _time(meta.get("deletionTimestamp"))
+    node_lost, node_lost_at = _node_verdict(node, nodes, now)
+    image_error_at = _image_error_at(trainer, conditions, created, now)
     facts = _Facts(
         phase=str(status.get("phase", "Pending")),
         reason=str(status.get("reason", "")),
         message=str(status.get("message", "")),
-        conditions={str(c.get("type")): c for c in status.get("conditions") or []},
-        trainer_state=_trainer_status(spec, status).get("state") or {},
-        node=node,
-        node_exists=nodes is None or node in nodes,
+        conditions=conditions,
+        trainer=trainer,
+        terminating=deletion_due is not None,
+        node_lost=node_lost,
+        image_error_persists=image_error_at is not None and now >= image_error_at,
     )
     state, reason, message = next(
         (found for rule in CLASSIFIERS if (found := rule(facts)) is not None),
         (PodState.UNKNOWN, facts.reason, facts.message),
     )
-    scheduled = facts.conditions.get("PodScheduled", {})
-    terminated = facts.trainer_state.get("terminated") or {}
+    scheduled = conditions.get("PodScheduled", {})
+    terminated = (trainer.get("state") or {}).get("terminated") or {}
+    # The grace a deletion grants (deletionTimestamp is when it runs out) counts only on a lost node.
+    stuck_at = max(deletion_due, node_lost_at) if deletion_due and node_lost_at else None
     return PodView(
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
@@ -184,11 +257,48 @@ def classify(pod: Mapping[str, Any], nodes: Collection[str] | None = None) -> Po
         message=message,
         exit_code=_int(terminated.get("exitCode")),
         node=node,
-        created=parse_timestamp(meta["creationTimestamp"]) if meta.get("creationTimestamp") else None,
-        terminating=bool(meta.get("deletionTimestamp")),
+        created=created,
+        terminating=deletion_due is not None,
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
-        node_lost=reason == "NodeLost",
+        stuck=stuck_at is not None and now >= stuck_at,
+        recheck_at=min((t for t in (node_lost_at, image_error_at, stuck_at) if t and t > now), default=None),
     )
+
+
+def _node_verdict(
+    node: str | None, nodes: Mapping[str, NodeView] | None, now: datetime
+) -> tuple[str | None, datetime | None]:
+    """Why the pod's node counts as lost now (or None), and from when it does (or will) count as lost."""
+    if not node or nodes is None:
+        return None, None
+    view = nodes.get(node)
+    if view is None:
+        return f"node {node} no longer exists", now
+    if view.not_ready_since is None:
+        return None, None
+    lost_at = view.not_ready_since + NODE_NOT_READY_GRACE
+    if now < lost_at:
+        return None, lost_at
+    return (
+        f"node {node} has been NotReady for over {NODE_NOT_READY_GRACE.seconds}s ({view.not_ready_reason})",
+        lost_at,
+    )
+
+
+def _image_error_at(
+    trainer: Mapping[str, Any],
+    conditions: Mapping[str, Mapping[str, Any]],
+    created: datetime | None,
+    now: datetime,
+) -> datetime | None:
+    """When the trainer's current image error (if any) counts as persistent."""
+    reason = ((trainer.get("state") or {}).get("waiting") or {}).get("reason")
+    if reason in FINAL_IMAGE_ERRORS:
+        return now
+    if reason not in RETRIED_IMAGE_ERRORS:
+        return None
+    scheduled = _time(conditions.get("PodScheduled", {}).get("lastTransitionTime")) or created or now
+    return scheduled + IMAGE_PULL_GRACE
 
 
 def _trainer_status(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -199,6 +309,10 @@ def _trainer_status(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mappi
     name = TRAINER_CONTAINER if TRAINER_CONTAINER in names else (names[0] if names else None)
     found: Mapping[str, Any] = statuses.get(name) or {}
     return found
+
+
+def _time(value: Any) -> datetime | None:
+    return parse_timestamp(value) if isinstance(value, str) and value else None
 
 
 def _role(value: Any) -> Role | None:

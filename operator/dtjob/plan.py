@@ -1,9 +1,16 @@
 """The one pure entry point of the operator: a job and its children in, a Plan of what to do out.
 
-The Kopf adapter reads the job and the pods and Service it owns, calls `reconcile`, and executes the
-Plan: deletes first, then server-side applies, then one status patch (only if it changed), events,
-and the job's own deletion when its TTL expired. Nothing here raises on a bad spec: an invalid job gets
-an Invalid condition and a Warning event, and its children are left alone.
+The Kopf adapter reads the job, the pods and Service it owns and the nodes those pods are bound to, calls
+`reconcile`, and executes the Plan: deletes first, then server-side applies, then one status patch (only
+if it changed), events, and the job's own deletion when its TTL expired.
+
+A gang restart is two passes: the first only records attempt N+1 (and the counters) in the status; the
+next finds the pods of attempt N stale and deletes them, then creates attempt N+1 once they are gone. The
+status write is the commit point, so an operator stopped anywhere in between neither loses nor repeats a
+restart.
+
+Nothing here raises on a bad spec: an invalid job gets an Invalid condition and a Warning event, and its
+children are left alone.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ __all__ = ["Delete", "Event", "Plan", "dump_status", "read_status", "reconcile"]
 # Actions whose pass keeps the gang alive: the Service and the current attempt's pods are (re)applied,
 # so edited children drift back.
 KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT})
+# Delete with no grace: the pod object goes at once, for one no kubelet will ever finish.
+FORCE: Final = 0
 
 
 @dataclass(frozen=True)
@@ -51,10 +60,18 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
-    """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout)."""
+    """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout, a grace on a
+    pod running out); 0 when the next pass has work already (the teardown after a restart is recorded)."""
 
 
-def reconcile(job: Mapping[str, Any], children: Sequence[Mapping[str, Any]], now: datetime) -> Plan:
+def reconcile(
+    job: Mapping[str, Any],
+    children: Sequence[Mapping[str, Any]],
+    now: datetime,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
+) -> Plan:
+    """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
+    them no node is judged lost and no pod stuck."""
     ref = JobRef.of(job)
     generation = job["metadata"].get("generation")
     old = read_status(job.get("status"))
@@ -66,16 +83,17 @@ def reconcile(job: Mapping[str, Any], children: Sequence[Mapping[str, Any]], now
         return _invalid(old, "\n".join(problems), now, generation)
 
     gang = Gang.of(ref, spec, old.attempt)
-    observed = observe(children)
+    observed = observe(children, now, nodes)
     decision = decide(spec, old, gang, observed, now)
     new = next_status(old, gang, observed, decision, now, generation)
+    deletes = _deletes(decision, gang.attempt, observed, old, spec)
     return Plan(
         apply=_applies(decision, gang, observed),
-        delete=_deletes(decision, gang.attempt, observed, old, spec),
+        delete=[delete for delete, _ in deletes],
         status=_changed(old, new),
-        events=transition_events(old, new),
+        events=transition_events(old, new) + [event for _, event in deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
-        requeue_after=_requeue_after(decision, spec),
+        requeue_after=_requeue_after(decision, spec, observed, now),
     )
 
 
@@ -109,27 +127,45 @@ def _applies(decision: Decision, gang: Gang, observed: Observed) -> list[dict[st
         return []
     present = {p.name: p for p in observed.of_attempt(gang.attempt)}
     create = action == Action.CREATE_MISSING
-    wanted = [
-        m for m in gang.members
-        if (m.pod in present and not present[m.pod].terminating) or (create and m.pod not in present)
-    ]  # fmt: skip
-    return [render_service(gang), *(render_pod(gang, m) for m in wanted)]
+    kept = [m for m in gang.members if m.pod in present and not present[m.pod].terminating]
+    created = [m for m in gang.members if create and m.pod not in present]
+    return [
+        render_service(gang),
+        *(_only_update(render_pod(gang, m), present[m.pod].uid) for m in kept),
+        *(render_pod(gang, m) for m in created),
+    ]
+
+
+def _only_update(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    """The uid seen makes the apply an update only: a pod deleted since the pass listed it is refused
+    (409) instead of recreated, which would slip a lone new rank into the old gang unnoticed."""
+    pod["metadata"]["uid"] = uid
+    return pod
 
 
 def _deletes(
     decision: Decision, attempt: int, observed: Observed, old: JobStatus, spec: DistributedTrainingJobSpec
-) -> list[Delete]:
-    """Pods of other attempts always go; the action decides about the current attempt's."""
+) -> list[tuple[Delete, Event | None]]:
+    """Pods of other attempts always go; the action decides about the current attempt's (a restart
+    leaves them to the next pass, when they are stale). A pod already terminating is deleted again only
+    when stuck on a lost node past its grace period: then by force, and an Event says so."""
     doomed: list[PodView] = list(observed.not_of_attempt(attempt))
     current = observed.of_attempt(attempt)
     action = decision.action
-    if action in (Action.SUSPEND, Action.RESTART_GANG, Action.DEADLINE_EXCEEDED):
+    if action in (Action.SUSPEND, Action.DEADLINE_EXCEEDED):
         doomed += current
     elif action in (Action.COMPLETE, Action.FAIL) or decision.reason == Reason.FINISHED:
         doomed += [p for p in current if _cleaned_up(p, _cleanup_policy(old, spec))]
-    # A pod already terminating is not deleted again. (Force-deleting one stuck on a lost node needs the
-    # node list, which reconcile does not get yet: grace_period_seconds stays the pod's own.)
-    return [Delete(kind="Pod", name=p.name, uid=p.uid or None) for p in doomed if not p.terminating]
+    deletes: list[tuple[Delete, Event | None]] = []
+    for pod in doomed:
+        if pod.stuck:
+            message = f"pod {pod.name} was still terminating past its grace period on lost node {pod.node}"
+            deletes.append(
+                (Delete("Pod", pod.name, pod.uid or None, FORCE), Event("Warning", "ForceDeleted", message))
+            )
+        elif not pod.terminating:
+            deletes.append((Delete("Pod", pod.name, pod.uid or None), None))
+    return deletes
 
 
 def _cleanup_policy(old: JobStatus, spec: DistributedTrainingJobSpec) -> CleanPodPolicy:
@@ -143,8 +179,13 @@ def _cleaned_up(pod: PodView, policy: CleanPodPolicy) -> bool:
     return policy == CleanPodPolicy.ALL or (policy == CleanPodPolicy.RUNNING and pod.state in ACTIVE_STATES)
 
 
-def _requeue_after(decision: Decision, spec: DistributedTrainingJobSpec) -> float | None:
+def _requeue_after(
+    decision: Decision, spec: DistributedTrainingJobSpec, observed: Observed, now: datetime
+) -> float | None:
+    if decision.action == Action.RESTART_GANG:
+        return 0.0  # the next pass deletes the old attempt
     ttl = spec.run_policy.ttl_seconds_after_finished
-    if decision.action in FINISHING and ttl is not None:
-        return float(ttl)
-    return decision.requeue_after
+    timers = [float(ttl) if decision.action in FINISHING and ttl is not None else decision.requeue_after]
+    if (recheck := observed.recheck_at()) is not None:
+        timers.append((recheck - now).total_seconds())
+    return min((t for t in timers if t is not None), default=None)

@@ -1,8 +1,9 @@
 """The one decision of a reconcile pass: what the gang needs next. Pure: plain data in, a Decision out.
 
 Checks run in a fixed order, each able to end the pass: finished (TTL) -> suspended -> deadline ->
-success -> a pod that ended abnormally (restart the gang, or fail) -> scheduling timeout -> stale pods
-of an earlier attempt still present -> missing pods (after the failure backoff) -> wait.
+success -> a member that ended abnormally or went missing (restart the gang, or fail) -> scheduling
+timeout -> stale pods of an earlier attempt still present -> missing pods (after the failure backoff) ->
+wait. What an abnormal end means is `fault_of`'s table: preemption, retryable failure, or permanent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from enum import StrEnum
 from typing import Final
 
 from dtjob.api import (
+    TRAINER_CHECKPOINT_SAVED_EXIT_CODE,
     DistributedTrainingJobSpec,
     JobStatus,
     RestartPolicy,
@@ -21,7 +23,7 @@ from dtjob.api import (
     parse_timestamp,
 )
 from dtjob.frameworks import Gang
-from dtjob.observed import ENDED_ABNORMALLY, Observed, PodState, PodView
+from dtjob.observed import ENDED_ABNORMALLY, IMAGE_ERRORS, Observed, PodState, PodView
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -38,6 +40,17 @@ class Action(StrEnum):
     SUSPEND = "Suspend"
     RESTART_GANG = "RestartGang"
     TTL_EXPIRED = "TTLExpired"
+
+
+class Fault(StrEnum):
+    """What one member's abnormal end means for the gang."""
+
+    PREEMPTION = "Preemption"
+    """Kubernetes took the pod away: restart at once, charged to maxPreemptions."""
+    RETRYABLE = "Retryable"
+    """Restart after the backoff, charged to backoffLimit."""
+    PERMANENT = "Permanent"
+    """Retrying cannot help: the job fails."""
 
 
 class Reason(StrEnum):
@@ -104,7 +117,7 @@ def decide(
     ended = [
         current[m.pod] for m in gang.members if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
     ]
-    if ended:
+    if ended := ended + _vanished(gang, status, current):
         return _on_abnormal_end(spec, status, ended)
 
     if policy.scheduling_timeout_seconds is not None:
@@ -121,8 +134,6 @@ def decide(
         message = f"waiting for pods of an earlier attempt to go: {names}"
         return Decision(Action.WAIT, Reason.WAITING_FOR_PREVIOUS_ATTEMPT, message, _soonest(timers))
 
-    # TODO(gang restarts): a pod that vanished after the attempt had all its pods is a lost member, to be
-    # classified (preempted / failed) before it is recreated into a gang that cannot rendezvous again.
     missing = [m.pod for m in gang.members if m.pod not in current]
     if missing:
         if (wait := _backoff_remaining(status, now)) > 0:
@@ -167,11 +178,45 @@ def _success(spec: DistributedTrainingJobSpec, gang: Gang, current: dict[str, Po
     return None
 
 
+def fault_of(pod: PodView, restart_policy: RestartPolicy) -> tuple[Fault, str]:
+    """What one member's abnormal end means for the gang, and a note saying why when it is not obvious.
+
+    A pod lost without a word (deleted, or gone before its end was seen) is a failure, as in a Kubernetes
+    Job: an eviction or a lost node says so on the pod (DisruptionTarget, a missing node) and is a
+    preemption; what says nothing may as well be a controller or a person deleting a hung rank.
+    """
+    if pod.state == PodState.PREEMPTED:
+        return Fault.PREEMPTION, ""
+    if pod.reason in IMAGE_ERRORS:
+        return Fault.PERMANENT, "image errors that persist are permanent"
+    if restart_policy == RestartPolicy.NEVER:
+        return Fault.PERMANENT, "restartPolicy Never"
+    if pod.exit_code == TRAINER_CHECKPOINT_SAVED_EXIT_CODE:
+        return Fault.RETRYABLE, "the trainer saved a checkpoint and stopped on SIGTERM"
+    if restart_policy == RestartPolicy.EXIT_CODE and pod.exit_code is not None and 1 <= pod.exit_code <= 127:
+        return Fault.PERMANENT, "exit codes 1-127 are permanent under restartPolicy ExitCode"
+    return Fault.RETRYABLE, ""
+
+
+def _vanished(gang: Gang, status: JobStatus, current: dict[str, PodView]) -> list[PodView]:
+    """Members missing from an attempt whose pods were all created: lost before their end was seen."""
+    if status.created_attempt != gang.attempt:
+        return []  # still being created: a missing pod is simply created
+    message = "the pod is gone before its end was seen (deleted, or removed with its node)"
+    return [
+        PodView(name=m.pod, uid="", role=m.role, index=m.index, attempt=gang.attempt,
+                state=PodState.LOST, reason="Vanished", message=message)
+        for m in gang.members if m.pod not in current
+    ]  # fmt: skip
+
+
 def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended: list[PodView]) -> Decision:
     """A gang cannot lose a member: restart it whole, or fail. A preemption explains its peers' failures
-    (they lose a rank and crash), so any preemption makes the restart a preemption."""
+    (they lose a rank and crash), so any preemption makes the restart a preemption; among failures, a
+    permanent one is the root cause (its peers were killed or timed out after it)."""
     policy = spec.run_policy
-    preempted = [p for p in ended if p.state == PodState.PREEMPTED]
+    faults = [(pod, *fault_of(pod, policy.restart_policy)) for pod in ended]
+    preempted = [pod for pod, fault, _ in faults if fault == Fault.PREEMPTION]
     if preempted:
         cause = _describe(preempted[0])
         if status.restarts.preemptions >= policy.max_preemptions:
@@ -182,20 +227,10 @@ def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended:
             )
         return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
 
-    failed = ended[0]
-    cause = _describe(failed)
-    if policy.restart_policy == RestartPolicy.NEVER:
-        return Decision(Action.FAIL, Reason.POD_FAILED, f"{cause} (restartPolicy Never)")
-    if (
-        policy.restart_policy == RestartPolicy.EXIT_CODE
-        and failed.exit_code is not None
-        and 1 <= failed.exit_code <= 127
-    ):
-        return Decision(
-            Action.FAIL,
-            Reason.POD_FAILED,
-            f"{cause} (exit codes 1-127 are permanent under restartPolicy ExitCode)",
-        )
+    failed, fault, note = next((f for f in faults if f[1] == Fault.PERMANENT), faults[0])
+    cause = _describe(failed) + (f" ({note})" if note else "")
+    if fault == Fault.PERMANENT:
+        return Decision(Action.FAIL, Reason.POD_FAILED, cause)
     if status.restarts.failures >= policy.backoff_limit:
         return Decision(
             Action.FAIL,

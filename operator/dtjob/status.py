@@ -27,7 +27,7 @@ from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, 
 from dtjob.policy import Action, Decision, Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
-WARNING_CONDITIONS: Final = frozenset({ConditionType.FAILED, ConditionType.RESTARTING, ConditionType.INVALID})
+WARNING_CONDITIONS: Final = frozenset({ConditionType.FAILED, ConditionType.INVALID})
 # Conditions whose return to False is news of its own (the others go False as a side effect of another event).
 NEWSWORTHY_FALSE: Final = frozenset({ConditionType.SUSPENDED, ConditionType.INVALID})
 FINISHING: Final = {Action.COMPLETE: ConditionType.SUCCEEDED, Action.FAIL: ConditionType.FAILED,
@@ -77,6 +77,14 @@ def next_status(
     attempt, restarts, last_restart = old.attempt, old.restarts, old.last_restart
     start_time, completion_time = old.start_time, old.completion_time
     resumed = old.is_true(ConditionType.SUSPENDED) and action != Action.SUSPEND
+    if (
+        action == Action.SUSPEND
+        and not old.is_true(ConditionType.SUSPENDED)
+        and old.created_attempt == attempt
+    ):
+        # Suspending ends the attempt: its pods, deleted now, are stale ones to wait for on resume, not
+        # lost members of the resumed gang, which starts afresh (from the checkpoint) as the next attempt.
+        attempt += 1
 
     if action == Action.RESTART_GANG:
         attempt += 1
@@ -108,6 +116,14 @@ def next_status(
         conditions.set(ConditionType.RESTARTING, "False", FINISHING[action], decision.message)
 
     current = observed.of_attempt(attempt)
+    present = {p.name for p in current}
+    # From here on a missing pod of this attempt is a lost member, not one still to create. All present
+    # counts too: an operator that stopped between creating the pods and recording it.
+    created_attempt = (
+        attempt
+        if action == Action.CREATE_MISSING or all(m.pod in present for m in gang.members)
+        else old.created_attempt
+    )
     if (
         action in (Action.CREATE_MISSING, Action.WAIT)
         and not old.finished
@@ -126,6 +142,7 @@ def next_status(
         ],
         replicas_ready=f"{ready}/{len(gang.members)}",
         attempt=attempt,
+        created_attempt=created_attempt,
         restarts=restarts,
         last_restart=last_restart,
         start_time=start_time,
@@ -147,10 +164,17 @@ def invalid_status(old: JobStatus, message: str, now: datetime, generation: int 
 
 
 def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
-    """One Event per condition that changed status: becoming True, or Suspended/Invalid becoming False."""
+    """One Event per gang restart, saying why, and one per condition that changed status otherwise:
+    becoming True, or Suspended/Invalid becoming False."""
     before = {c.type: c.status for c in old.conditions}
     events: list[Event] = []
+    if new.restarts.total > old.restarts.total and new.last_restart is not None:
+        # Even while Restarting is already True (the new gang was preempted before it ran).
+        why = new.last_restart
+        events.append(Event("Warning", why.reason, f"attempt {new.attempt}: {why.message}"))
     for condition in new.conditions:
+        if condition.type == ConditionType.RESTARTING and condition.status == "True":
+            continue  # told by the restart's own Event above
         if before.get(condition.type, "False") == condition.status:
             continue
         if condition.status == "True" or condition.type in NEWSWORTHY_FALSE:

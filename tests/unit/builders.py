@@ -107,3 +107,46 @@ def deleting(pod: dict[str, Any]) -> dict[str, Any]:
     pod = copy.deepcopy(pod)
     pod["metadata"]["deletionTimestamp"] = "2030-01-01T11:59:30Z"
     return pod
+
+
+def deleted_at(pod: dict[str, Any], when: str) -> dict[str, Any]:
+    """Being deleted, its grace period running out at `when` (the deletionTimestamp)."""
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["deletionTimestamp"] = when
+    return pod
+
+
+def disrupted_while_running(pod: dict[str, Any], reason: str) -> dict[str, Any]:
+    """Still running, with the DisruptionTarget condition an eviction or the taint manager sets first."""
+    pod = running(pod)
+    disruption = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": "Eviction API: evicting",
+    }
+    pod["status"]["conditions"].append(disruption)
+    return pod
+
+
+def pulling(pod: dict[str, Any], reason: str, scheduled: str = "2030-01-01T11:59:00Z") -> dict[str, Any]:
+    """Scheduled at `scheduled`, its trainer waiting on an image error."""
+    waiting = {"reason": reason, "message": 'Back-off pulling image "trainer:1"'}
+    return _with(pod, {"phase": "Pending",
+                       "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+                       "containerStatuses": [{"name": "trainer", "image": "trainer:1", "state": {"waiting": waiting}}]})  # fmt: skip
+
+
+def node(
+    name: str = "gpu-node-1", ready: str = "True", since: str = "2030-01-01T11:00:00Z"
+) -> dict[str, Any]:
+    """A Node whose Ready condition has had status `ready` since `since`."""
+    condition = {"type": "Ready", "status": ready, "lastTransitionTime": since,
+                 "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
+                 "message": "" if ready == "True" else "Kubelet stopped posting node status."}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"conditions": [condition]},
+    }

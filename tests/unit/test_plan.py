@@ -11,9 +11,11 @@ from dtjob.plan import Delete, Event, Plan, reconcile
 from tests.unit.builders import (
     NOW,
     container,
+    deleted_at,
     deleting,
     exited,
     manifest,
+    node,
     pods_of,
     preempted,
     running,
@@ -208,7 +210,8 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
         running(pods["mnist-worker-1"]),
     ]
     plan = reconcile(job, children, NOW + timedelta(minutes=1))
-    assert deleted(plan) == NAMES and applied(plan) == ["Service/mnist"] and plan.requeue_after == 5.0
+    # The restart is recorded first, nothing else: the next pass finds the old pods stale.
+    assert deleted(plan) == [] and applied(plan) == ["Service/mnist"] and plan.requeue_after == 0.0
     assert plan.status is not None
     assert (plan.status["attempt"], plan.status["restarts"], plan.status["phase"]) == (
         2, {"failures": 1, "preemptions": 0, "total": 1}, "Restarting")  # fmt: skip
@@ -218,6 +221,10 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
         "Warning", "PodFailed", "attempt 2: pod mnist-worker-0: Error, exit code 1, on node gpu-node-1"
     )
     restarting = after(job, plan)
+
+    teardown = reconcile(restarting, children, NOW + timedelta(minutes=1))
+    assert deleted(teardown) == NAMES and applied(teardown) == ["Service/mnist"]
+    assert (teardown.status, teardown.events) == (None, [])  # counted once, announced once
 
     terminating = [deleting(c) for c in children]
     waiting = reconcile(restarting, terminating, NOW + timedelta(minutes=1, seconds=1))
@@ -231,6 +238,7 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
     pods2 = [o for o in recreate.apply if o["kind"] == "Pod"]
     assert [p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in pods2] == ["2", "2", "2"]
     assert {"name": "DTJ_ATTEMPT", "value": "2"} in pods2[0]["spec"]["containers"][0]["env"]
+    assert recreate.status is not None and recreate.status["createdAttempt"] == 2
 
 
 def test_a_preemption_restarts_at_once_and_is_counted_apart() -> None:
@@ -246,9 +254,85 @@ def test_a_preemption_restarts_at_once_and_is_counted_apart() -> None:
         "preemptions": 1,
         "total": 1,
     }
-    assert plan.requeue_after is None
+    assert plan.requeue_after == 0.0
     recreate = reconcile(after(job, plan), [], NOW + timedelta(minutes=1, seconds=1))
     assert len([o for o in recreate.apply if o["kind"] == "Pod"]) == 3
+
+
+def test_a_second_preemption_before_the_new_gang_ran_is_announced_too() -> None:
+    job, pods = started()
+    job = after(job, reconcile(job, [preempted(pods["mnist-worker-0"])], NOW))
+    job = after(job, reconcile(job, [], NOW))
+    second = pods_of(JOB, attempt=2)
+    plan = reconcile(job, [preempted(second["mnist-worker-1"])], NOW + timedelta(seconds=5))
+    assert (
+        plan.status is not None
+        and plan.status["attempt"] == 3
+        and plan.status["restarts"]["preemptions"] == 2
+    )
+    assert [e.reason for e in plan.events] == ["Preempted"]
+
+
+def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not_recreated() -> None:
+    job, pods = started()
+    assert job["status"]["createdAttempt"] == 1
+    plan = reconcile(
+        job, [running(pods["mnist-master-0"]), running(pods["mnist-worker-1"])], NOW + timedelta(seconds=5)
+    )
+    assert [o for o in plan.apply if o["kind"] == "Pod"] == []
+    assert plan.status is not None and (plan.status["attempt"], plan.status["restarts"]["failures"]) == (2, 1)
+    assert plan.status["lastRestart"]["message"].startswith("pod mnist-worker-0: Vanished")
+
+
+def test_pods_an_interrupted_creation_left_missing_are_created_not_counted_as_lost() -> None:
+    job = {**JOB, "status": {"attempt": 1, "conditions": []}}  # the pass that created them never recorded it
+    plan = reconcile(job, [running(pods_of(JOB)["mnist-master-0"])], NOW)
+    assert applied(plan) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert (
+        plan.status is not None
+        and plan.status["createdAttempt"] == 1
+        and plan.status["restarts"]["total"] == 0
+    )
+
+
+def test_an_operator_stopped_mid_restart_finishes_it_without_counting_it_again() -> None:
+    # Attempt 2 is recorded; the old pods were not deleted yet when the operator stopped.
+    job, pods = started()
+    children = [
+        running(pods["mnist-master-0"]),
+        exited(pods["mnist-worker-0"], 1),
+        running(pods["mnist-worker-1"]),
+    ]
+    restarting = after(job, reconcile(job, children, NOW))
+    again = reconcile(restarting, children, NOW + timedelta(minutes=5))
+    assert deleted(again) == NAMES and [o for o in again.apply if o["kind"] == "Pod"] == []
+    assert again.status is None and again.events == []
+
+
+def test_a_pod_stuck_terminating_on_a_deleted_node_is_force_deleted_after_its_grace() -> None:
+    job, pods = started()
+    job = {**job, "status": {**job["status"], "attempt": 2}}
+    old = deleted_at(running(pods["mnist-worker-0"]), "2030-01-01T12:00:30Z")
+    early = reconcile(job, [old], NOW, nodes=[])
+    assert early.delete == [] and early.requeue_after == 30.0
+    late = reconcile(job, [old], NOW + timedelta(seconds=30), nodes=[])
+    assert late.delete == [Delete("Pod", "mnist-worker-0", old["metadata"]["uid"], grace_period_seconds=0)]
+    assert Event("Warning", "ForceDeleted",
+                 "pod mnist-worker-0 was still terminating past its grace period on lost node gpu-node-1") in late.events  # fmt: skip
+    # A pod terminating slowly on a healthy node is left to its kubelet.
+    assert reconcile(job, [old], NOW + timedelta(minutes=5), nodes=[node()]).delete == []
+
+
+def test_suspending_ends_the_attempt_so_the_resumed_gang_waits_for_the_old_pods() -> None:
+    job, pods = started()
+    suspended_job = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    suspended_job = after(suspended_job, reconcile(suspended_job, [running(p) for p in pods.values()], NOW))
+    assert suspended_job["status"]["attempt"] == 2 and suspended_job["status"]["restarts"]["total"] == 0
+    resumed_job = {**suspended_job, "spec": JOB["spec"]}
+    still_going = [deleting(running(p)) for p in pods.values()]
+    plan = reconcile(resumed_job, still_going, NOW + timedelta(seconds=5))
+    assert applied(plan) == ["Service/mnist"] and plan.delete == []
+    assert plan.status is not None and plan.status["restarts"]["total"] == 0
 
 
 def test_pods_of_another_attempt_are_deleted_and_never_reapplied() -> None:
@@ -267,3 +351,12 @@ def test_the_user_container_env_reaches_the_applied_pods() -> None:
     )
     plan = reconcile(job, [], NOW)
     assert plan.apply[1]["spec"]["containers"][0]["env"][-1] == {"name": "LR", "value": "0.1"}
+
+
+def test_pods_kept_are_reapplied_pinned_to_their_uid_so_a_pod_deleted_meanwhile_is_not_recreated() -> None:
+    job = {**JOB, "status": {"attempt": 1, "conditions": []}}
+    pods = pods_of(JOB)
+    plan = reconcile(job, [running(pods["mnist-master-0"])], NOW)
+    uids = {o["metadata"]["name"]: o["metadata"].get("uid") for o in plan.apply if o["kind"] == "Pod"}
+    assert uids == {"mnist-master-0": pods["mnist-master-0"]["metadata"]["uid"], "mnist-worker-0": None,
+                    "mnist-worker-1": None}  # fmt: skip

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import runpy
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dtjob.api import DistributedTrainingJobSpec, JobStatus
+from dtjob.api import TRAINER_CHECKPOINT_SAVED_EXIT_CODE, DistributedTrainingJobSpec, JobStatus, RestartPolicy
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
-from dtjob.observed import observe
-from dtjob.policy import Action, Decision, Reason, backoff_seconds, decide
-from tests.unit.builders import NOW, exited, manifest, pending, pods_of, preempted, running
+from dtjob.observed import classify, observe
+from dtjob.policy import Action, Decision, Fault, Reason, backoff_seconds, decide, fault_of
+from tests.unit.builders import (
+    NOW,
+    deleting,
+    disrupted_while_running,
+    exited,
+    manifest,
+    node,
+    pending,
+    pods_of,
+    preempted,
+    pulling,
+    running,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TRAINER_EXIT_CODES = REPO / "trainer-images" / "runtime" / "src" / "dtjob_trainer" / "exit_codes.py"
 
 ONE_AND_TWO = manifest(("Master", 1), ("Worker", 2))
 P = pods_of(ONE_AND_TWO)
@@ -41,14 +58,20 @@ def at(seconds_ago: float) -> str:
 
 
 def decision(
-    job: dict[str, Any], children: list[dict[str, Any]], status: dict[str, Any] | None = None
+    job: dict[str, Any],
+    children: list[dict[str, Any]],
+    status: dict[str, Any] | None = None,
+    nodes: list[dict[str, Any]] | None = None,
 ) -> Decision:
     spec = DistributedTrainingJobSpec.model_validate(job["spec"])
     current = JobStatus.model_validate(status or {})
-    return decide(spec, current, Gang.of(JobRef.of(job), spec, current.attempt), observe(children), NOW)
+    gang = Gang.of(JobRef.of(job), spec, current.attempt)
+    return decide(spec, current, gang, observe(children, NOW, nodes), NOW)
 
 
 ALL_RUNNING = [running(M), running(W0), running(W1)]
+CREATED = {"createdAttempt": 1}
+STUCK_IMAGE = pulling(W0, "ImagePullBackOff", scheduled="2030-01-01T11:50:00Z")
 
 CASES = [
     ("a fresh job creates its pods", ONE_AND_TWO, [], None, Action.CREATE_MISSING, Reason.CREATING),
@@ -105,6 +128,21 @@ CASES = [
      Action.CREATE_MISSING, Reason.CREATING),
     ("a pod unschedulable past schedulingTimeoutSeconds fails the job", run_policy(schedulingTimeoutSeconds=30),
      [pending(M, unschedulable=True), running(W0), running(W1)], None, Action.FAIL, Reason.SCHEDULING_TIMEOUT),
+    ("a member that vanished after its attempt was created restarts the gang as a failure", ONE_AND_TWO,
+     [running(M), running(W1)], CREATED, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("a vanished member fails the job under Never", run_policy(restartPolicy="Never"), [running(M), running(W1)], CREATED,
+     Action.FAIL, Reason.POD_FAILED),
+    ("a running member deleted without a disruption condition restarts the gang at its deletion", ONE_AND_TWO,
+     [running(M), deleting(running(W0)), running(W1)], CREATED, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("an evicted member restarts the gang as a preemption", ONE_AND_TWO,
+     [running(M), deleting(disrupted_while_running(W0, "EvictionByEvictionAPI")), running(W1)], CREATED,
+     Action.RESTART_GANG, Reason.PREEMPTED),
+    ("an image error that persists fails the job even under OnFailure", ONE_AND_TWO, [running(M), STUCK_IMAGE, running(W1)],
+     None, Action.FAIL, Reason.POD_FAILED),
+    ("a permanent failure among retryable ones fails the job", run_policy(restartPolicy="ExitCode"),
+     [exited(M, 143), exited(W0, 137), exited(W1, 2)], None, Action.FAIL, Reason.POD_FAILED),
+    ("the trainer's checkpoint-saved code is still a failure under Never", run_policy(restartPolicy="Never"),
+     [running(M), exited(W0, 200), running(W1)], None, Action.FAIL, Reason.POD_FAILED),
 ]  # fmt: skip
 
 
@@ -146,6 +184,72 @@ def test_time_based_checks_say_when_they_are_due(
 def test_the_failure_message_names_the_pod_the_exit_code_and_the_node() -> None:
     got = decision(ONE_AND_TWO, [running(M), exited(W0, 3, message="loss is NaN"), running(W1)])
     assert got.message == "pod mnist-worker-0: Error, exit code 3, on node gpu-node-1: loss is NaN"
+
+
+def test_a_member_whose_node_was_deleted_restarts_the_gang_as_a_preemption() -> None:
+    assert decision(ONE_AND_TWO, ALL_RUNNING, CREATED, nodes=[node()]).action == Action.WAIT
+    got = decision(ONE_AND_TWO, ALL_RUNNING, CREATED, nodes=[])
+    assert (got.action, got.reason) == (Action.RESTART_GANG, Reason.PREEMPTED)
+
+
+@pytest.mark.parametrize(
+    ("message_of", "message"),
+    [
+        pytest.param(lambda: decision(ONE_AND_TWO, [running(M), running(W1)], CREATED),
+                     "pod mnist-worker-0: Vanished: the pod is gone before its end was seen (deleted, or removed with its node)",
+                     id="a vanished member is named"),
+        pytest.param(lambda: decision(ONE_AND_TWO, ALL_RUNNING, None, []),
+                     "pod mnist-master-0: NodeLost, on node gpu-node-1: node gpu-node-1 no longer exists",
+                     id="a lost node is named with the pod on it"),
+        pytest.param(lambda: decision(ONE_AND_TWO, [running(M), STUCK_IMAGE, running(W1)]),
+                     'pod mnist-worker-0: ImagePullBackOff, on node gpu-node-1: image trainer:1: Back-off pulling image "trainer:1" '
+                     "(image errors that persist are permanent)",
+                     id="a persisting image error names the image"),
+        pytest.param(lambda: decision(run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 200), running(W1)]),
+                     "pod mnist-worker-0: Error, exit code 200, on node gpu-node-1 (the trainer saved a checkpoint and stopped on SIGTERM)",
+                     id="the trainer's checkpoint-saved exit is explained"),
+        pytest.param(lambda: decision(run_policy(maxPreemptions=0), [running(M), preempted(W0), running(W1)]),
+                     "maxPreemptions (0) reached; last: pod mnist-worker-0: TerminationByKubelet, exit code 143, on node gpu-node-1: "
+                     "Pod was terminated in response to imminent node shutdown.",
+                     id="an exhausted preemption budget says so and names the last preemption"),
+    ],
+)  # fmt: skip
+def test_decisions_say_which_pod_on_which_node_and_why(message_of: Any, message: str) -> None:
+    assert message_of().message == message
+
+
+R = RestartPolicy
+FAULTS = [
+    ("a preemption is a preemption even under Never", preempted(W0), R.NEVER, Fault.PREEMPTION),
+    ("exit 1 under OnFailure is retried", exited(W0, 1), R.ON_FAILURE, Fault.RETRYABLE),
+    ("exit 1 under ExitCode is permanent", exited(W0, 1), R.EXIT_CODE, Fault.PERMANENT),
+    ("exit 127 under ExitCode is permanent", exited(W0, 127), R.EXIT_CODE, Fault.PERMANENT),
+    ("exit 137 (SIGKILL) under ExitCode is retried", exited(W0, 137), R.EXIT_CODE, Fault.RETRYABLE),
+    ("exit 143 (SIGTERM) under ExitCode is retried", exited(W0, 143), R.EXIT_CODE, Fault.RETRYABLE),
+    ("exit 255 under ExitCode is retried", exited(W0, 255), R.EXIT_CODE, Fault.RETRYABLE),
+    ("an OOM kill under OnFailure is retried", exited(W0, 137, reason="OOMKilled"), R.ON_FAILURE, Fault.RETRYABLE),
+    ("an OOM kill under ExitCode is retried like its signal", exited(W0, 137, reason="OOMKilled"), R.EXIT_CODE, Fault.RETRYABLE),
+    ("an OOM kill under Never is permanent", exited(W0, 137, reason="OOMKilled"), R.NEVER, Fault.PERMANENT),
+    ("the trainer's checkpoint-saved exit under ExitCode is retried", exited(W0, 200), R.EXIT_CODE, Fault.RETRYABLE),
+    ("the trainer's checkpoint-saved exit under OnFailure is retried", exited(W0, 200), R.ON_FAILURE, Fault.RETRYABLE),
+    ("the trainer's checkpoint-saved exit under Never is permanent like every failure", exited(W0, 200), R.NEVER, Fault.PERMANENT),
+    ("a signal under Never is permanent", exited(W0, 143), R.NEVER, Fault.PERMANENT),
+    ("a member deleted without a word under OnFailure is retried", deleting(running(W0)), R.ON_FAILURE, Fault.RETRYABLE),
+    ("a member deleted without a word under ExitCode is retried, having no exit code", deleting(running(W0)), R.EXIT_CODE, Fault.RETRYABLE),
+    ("a member deleted without a word under Never is permanent", deleting(running(W0)), R.NEVER, Fault.PERMANENT),
+    ("an image error that persists is permanent under OnFailure", STUCK_IMAGE, R.ON_FAILURE, Fault.PERMANENT),
+    ("an invalid image name is permanent under ExitCode", pulling(W0, "InvalidImageName"), R.EXIT_CODE, Fault.PERMANENT),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pod", "policy", "fault"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+def test_fault_of(pod: dict[str, Any], policy: RestartPolicy, fault: Fault) -> None:
+    assert fault_of(classify(pod, NOW), policy)[0] == fault
+
+
+def test_the_checkpoint_saved_exit_code_mirrors_the_trainer_runtimes() -> None:
+    trainer = runpy.run_path(str(TRAINER_EXIT_CODES))
+    assert trainer["PREEMPTED_CHECKPOINT_SAVED"] == TRAINER_CHECKPOINT_SAVED_EXIT_CODE
 
 
 @pytest.mark.parametrize(("failures", "seconds"), [(1, 5.0), (2, 10.0), (3, 20.0), (7, 300.0), (20, 300.0)])

@@ -55,14 +55,34 @@ def condition(type_: str, status: str, reason: str = "Because") -> Condition:
                      id="Running going False is implied by what ended it"),
         pytest.param([], [condition("Failed", "True", "BackoffLimitExceeded")], [Event("Warning", "BackoffLimitExceeded", "")],
                      id="failure is a warning"),
-        pytest.param([], [condition("Restarting", "True", "Preempted")], [Event("Warning", "Preempted", "")],
-                     id="a restart is a warning"),
+        pytest.param([], [condition("Restarting", "True", "Preempted")], [],
+                     id="Restarting becoming True is told by the restart's own event"),
         pytest.param([condition("Suspended", "True")], [condition("Suspended", "False", "Resumed")], [Event("Normal", "Resumed", "")],
                      id="resuming is announced"),
     ],
 )  # fmt: skip
 def test_transition_events(before: list[Condition], after: list[Condition], events: list[Event]) -> None:
     assert transition_events(JobStatus(conditions=before), JobStatus(conditions=after)) == events
+
+
+def test_every_restart_is_a_warning_naming_the_attempt_and_the_cause() -> None:
+    restarting = JobStatus.model_validate(
+        {"attempt": 2, "restarts": {"preemptions": 1, "total": 1},
+         "lastRestart": {"reason": "Preempted", "message": "pod p: TerminationByKubelet", "time": "2030-01-01T00:00:00Z"}}
+    )  # fmt: skip
+    again = restarting.model_copy(
+        update={
+            "attempt": 3,
+            "restarts": restarting.restarts.model_copy(update={"preemptions": 2, "total": 2}),
+        }
+    )
+    assert transition_events(JobStatus(), restarting) == [
+        Event("Warning", "Preempted", "attempt 2: pod p: TerminationByKubelet")
+    ]
+    assert transition_events(restarting, again) == [
+        Event("Warning", "Preempted", "attempt 3: pod p: TerminationByKubelet")
+    ]
+    assert transition_events(again, again) == []
 
 
 def test_an_unreadable_stored_status_does_not_wedge_the_job() -> None:

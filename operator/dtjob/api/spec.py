@@ -80,6 +80,13 @@ class RestartPolicy(StrEnum):
     NEVER = "Never"
 
 
+# The trainer runtime's exit code for "stopped on SIGTERM after a checkpoint of the last step became
+# durable" (PREEMPTED_CHECKPOINT_SAVED in trainer-images/runtime/src/dtjob_trainer/exit_codes.py).
+# Mirrored, not imported: the operator does not depend on the trainer package; a unit test checks that
+# both agree. It is >= 128 on purpose, so ExitCode policies that do not know it still retry it.
+TRAINER_CHECKPOINT_SAVED_EXIT_CODE: Final = 200
+
+
 class CleanPodPolicy(StrEnum):
     """Which pods are deleted when the job finishes: Running (those not finished), All, or None."""
 

@@ -104,7 +104,10 @@ class JobStatus(StatusModel):
     replicas_ready: str | None = None
     """Ready pods of the current attempt over all pods, e.g. 3/4 (a printer column)."""
     attempt: Annotated[int, Field(ge=1)] = 1
-    """The restart generation: every gang restart creates the pods of attempt + 1."""
+    """The restart generation: every gang restart, and every suspension, moves the gang to attempt + 1."""
+    created_attempt: Annotated[int, Field(ge=1)] | None = None
+    """The latest attempt whose pods were all created: a pod of it that goes missing later was lost, and
+    restarts the gang instead of being recreated into a rendezvous that cannot re-form."""
     restarts: Restarts = Restarts()
     last_restart: LastRestart | None = None
     start_time: Timestamp | None = None

@@ -49,6 +49,27 @@ def read_children(namespace: str, job_name: str, job_uid: str) -> list[dict[str,
     return [c for c in children if _owned_by(c, job_uid)]
 
 
+def read_nodes(children: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes the pods are bound to, one GET each; a node that is gone is simply absent.
+
+    GETs and not one LIST: the cost follows the gang (a node per pod at most), not the cluster, whose
+    thousands of nodes with their image lists would be read on every pass of every job. Read after the
+    pods, so an absent node of a bound pod was deleted, not yet unknown.
+    """
+    names = sorted(
+        {n for c in children if c.get("kind") == "Pod" and (n := (c.get("spec") or {}).get("nodeName"))}
+    )
+    api, sanitize = core(), api_client().sanitize_for_serialization
+    nodes = []
+    for name in names:
+        try:
+            nodes.append(cast(dict[str, Any], sanitize(api.read_node(name))))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+    return nodes
+
+
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
 
@@ -59,9 +80,19 @@ def apply(obj: Mapping[str, Any]) -> None:
     api = core()
     kind = obj["kind"]
     patch = {"Pod": api.patch_namespaced_pod, "Service": api.patch_namespaced_service}[kind]
-    patch(
-        name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
-    )
+    try:
+        patch(
+            name,
+            namespace,
+            dict(obj),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_CONTENT_TYPE,
+        )
+    except client.ApiException as err:
+        # 409 with force: the uid the plan pinned names an object that is gone; the next pass sees why.
+        if not (err.status == 409 and obj["metadata"].get("uid")):
+            raise
 
 
 def delete(namespace: str, op: Delete) -> None:
