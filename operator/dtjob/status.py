@@ -27,7 +27,9 @@ from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, 
 from dtjob.policy import Action, Decision, Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
-WARNING_CONDITIONS: Final = frozenset({ConditionType.FAILED, ConditionType.INVALID})
+WARNING_CONDITIONS: Final = frozenset(
+    {ConditionType.FAILED, ConditionType.INVALID, ConditionType.UNSCHEDULABLE}
+)
 # Conditions whose return to False is news of its own (the others go False as a side effect of another event).
 NEWSWORTHY_FALSE: Final = frozenset({ConditionType.SUSPENDED, ConditionType.INVALID})
 FINISHING: Final = {Action.COMPLETE: ConditionType.SUCCEEDED, Action.FAIL: ConditionType.FAILED,
@@ -132,6 +134,8 @@ def next_status(
         running = f"{len(gang.members)}/{len(gang.members)} pods of attempt {attempt} are running"
         conditions.set(ConditionType.RUNNING, "True", "AllReplicasRunning", running)
         conditions.set(ConditionType.RESTARTING, "False", "AllReplicasRunning", running)
+    if action in (Action.CREATE_MISSING, Action.WAIT) and not old.finished:
+        _set_schedulability(conditions, current, gang.spec.run_policy.scheduling_timeout_seconds)
 
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(
@@ -181,6 +185,21 @@ def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
             warning = condition.status == "True" and condition.type in WARNING_CONDITIONS
             events.append(Event("Warning" if warning else "Normal", condition.reason, condition.message))
     return events
+
+
+def _set_schedulability(
+    conditions: _Conditions, current: tuple[PodView, ...], timeout_seconds: int | None
+) -> None:
+    """Unschedulable while a live pod waits for a place, with the scheduler's own message; left as it
+    was when the job finishes, so a SchedulingTimeout failure keeps the scheduler's word beside it."""
+    waiting = [p for p in current if p.unschedulable and not p.terminating]
+    if not waiting:
+        conditions.set(ConditionType.UNSCHEDULABLE, "False", "Scheduled", "every pod has been scheduled")
+        return
+    then = f"; the job fails after schedulingTimeoutSeconds ({timeout_seconds}s)" if timeout_seconds else ""
+    names = ", ".join(p.name for p in waiting)
+    message = f"{len(waiting)} pod(s) cannot be scheduled ({names}){then}: {waiting[0].message}"
+    conditions.set(ConditionType.UNSCHEDULABLE, "True", "PodUnschedulable", message)
 
 
 def _all_running(gang: Gang, observed: Observed, attempt: int) -> bool:

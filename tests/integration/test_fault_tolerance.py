@@ -263,11 +263,16 @@ def test_a_pod_left_unschedulable_past_the_scheduling_timeout_fails_the_job_with
 ) -> None:
     no_such_gpus = {"type": "nvidia-tesla-t4", "count": 1}
     jobs.create(
-        gang_job("nowhere", workers=2, accelerator=no_such_gpus, runPolicy={"schedulingTimeoutSeconds": 2})
+        gang_job("nowhere", workers=2, accelerator=no_such_gpus, runPolicy={"schedulingTimeoutSeconds": 4})
     )
     failed = jobs.wait_condition("nowhere", "Failed")
     assert failed["reason"] == "SchedulingTimeout"
     assert (
-        "was not scheduled within 2s: 0/" in failed["message"] and "nodes are available" in failed["message"]
+        "was not scheduled within 4s: 0/" in failed["message"] and "nodes are available" in failed["message"]
     )
+    # Before the timeout, the scheduler's word was on the job already (and stays beside the failure).
+    unschedulable = jobs.condition("nowhere", "Unschedulable")
+    assert unschedulable is not None and unschedulable["status"] == "True", unschedulable
+    assert "pod(s) cannot be scheduled (nowhere-worker-" in unschedulable["message"]
+    assert "nodes are available" in unschedulable["message"]
     jobs.wait_pods("nowhere", 0)  # cleanPodPolicy Running: pending pods go too

@@ -10,7 +10,7 @@ import pytest
 from dtjob.api import Condition, ConditionType, JobStatus
 from dtjob.plan import reconcile
 from dtjob.status import Event, transition_events
-from tests.unit.builders import NOW, exited, manifest, pods_of, running
+from tests.unit.builders import NOW, exited, manifest, pending, pods_of, running
 
 JOB = manifest(("Worker", 2))
 
@@ -106,3 +106,27 @@ def test_every_status_the_operator_writes_reads_back_identically() -> None:
         == plan.status
     )
     assert ConditionType(plan.status["conditions"][0]["type"]) == ConditionType.CREATED
+
+
+def test_an_unschedulable_pod_shows_the_schedulers_message_until_every_pod_is_placed() -> None:
+    job = status_after(manifest(("Worker", 2), runPolicy={"schedulingTimeoutSeconds": 600}), [], 0)
+    pods = pods_of(job)
+    waiting = [pending(pods["mnist-worker-0"]), pending(pods["mnist-worker-1"], unschedulable=True)]
+    plan = reconcile(job, waiting, NOW + timedelta(seconds=5))
+    assert plan.status is not None and plan.status["phase"] == "Pending"
+    unschedulable = next(c for c in plan.status["conditions"] if c["type"] == "Unschedulable")
+    message = (
+        "1 pod(s) cannot be scheduled (mnist-worker-1); the job fails after schedulingTimeoutSeconds (600s): "
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    assert (unschedulable["status"], unschedulable["reason"], unschedulable["message"]) == (
+        "True", "PodUnschedulable", message,
+    )  # fmt: skip
+    assert Event("Warning", "PodUnschedulable", message) in plan.events
+    placed = reconcile(
+        {**job, "status": plan.status}, [running(p) for p in pods.values()], NOW + timedelta(seconds=9)
+    )
+    assert placed.status is not None
+    assert {c["type"]: (c["status"], c["reason"]) for c in placed.status["conditions"]}["Unschedulable"] == (
+        "False", "Scheduled",
+    )  # fmt: skip

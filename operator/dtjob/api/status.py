@@ -37,6 +37,8 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     SUSPENDED = "Suspended"
     INVALID = "Invalid"
+    UNSCHEDULABLE = "Unschedulable"
+    """A pod of the current attempt cannot be placed: the message is the scheduler's."""
 
 
 # RFC 3339 with seconds, as metav1.Time serializes.

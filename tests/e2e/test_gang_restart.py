@@ -1,0 +1,103 @@
+"""Gang restarts with real training on the real node (tier C): a worker of the DDP example is deleted, or
+evicted through the Eviction API, mid-run. The whole gang comes back as attempt 2, resumes from the last
+checkpoint its predecessor wrote (the trainer saves one on SIGTERM) and trains to Succeeded with the
+example's accuracy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from dtjob_trainer.checkpoint_files import CheckpointDirectory
+from kubernetes import client
+
+from hack import images
+from localcluster import Cluster
+from tests.e2e.test_examples import fresh_checkpoint_dir
+from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.waiting import wait_for
+
+EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
+ATTEMPT_LABEL = "training.dtjob.io/attempt"
+# Long enough that the disruption lands mid-run whatever the machine's speed: 23 steps an epoch.
+EPOCHS = 60
+STEPS = EPOCHS * 23
+DISRUPT_AFTER_STEP = 100
+
+
+def delete(core: client.CoreV1Api, namespace: str, pod: str) -> None:
+    core.delete_namespaced_pod(pod, namespace)
+
+
+def evict(core: client.CoreV1Api, namespace: str, pod: str) -> None:
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    core.create_namespaced_pod_eviction(pod, namespace, eviction)
+
+
+Disruption = Callable[[client.CoreV1Api, str, str], None]
+
+
+def restart_job(name: str) -> dict[str, Any]:
+    """The DDP example under another name, with its own checkpoint directory and a longer run."""
+    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
+    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
+    trainer["args"] = ["--epochs", str(EPOCHS), "--checkpoint-every", "20", "--async-checkpoints"]
+    return job
+
+
+def result_line(core: client.CoreV1Api, namespace: str, pod: str) -> dict[str, Any]:
+    """The JSON result the example prints last."""
+    log = core.read_namespaced_pod_log(pod, namespace)
+    results = [json.loads(line) for line in log.splitlines() if line.startswith('{"event": "result"')]
+    assert results, f"no result line in the log of {pod}:\n{log[-3000:]}"
+    return dict(results[-1])
+
+
+@pytest.mark.parametrize(
+    ("disrupt", "restarts"),
+    [
+        pytest.param(delete, {"failures": 1, "preemptions": 0, "total": 1}, id="a worker deleted is a failure"),
+        pytest.param(evict, {"failures": 0, "preemptions": 1, "total": 1}, id="a worker evicted is a preemption"),
+    ],
+)  # fmt: skip
+def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_and_succeeds(
+    cluster_c: Cluster,
+    crd: dict[str, Any],
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    disrupt: Disruption,
+    restarts: dict[str, int],
+) -> None:
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    name = f"restart-{disrupt.__name__}"
+    job = restart_job(name)
+    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    with running_operator(cluster_c, namespace):
+        jobs.create(job)
+        seen = wait_for(
+            lambda: (step := checkpoints.latest_step()) is not None and step >= DISRUPT_AFTER_STEP and step,
+            f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
+            timeout=300,
+        )
+        assert seen < STEPS, "the run ended before it could be disrupted"
+        disrupt(core, namespace, f"{name}-worker-1")
+        try:
+            jobs.wait_condition(name, "Succeeded", timeout=600)
+        except AssertionError:
+            raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
+    status = jobs.get(name)["status"]
+    assert (status["attempt"], status["restarts"]) == (2, restarts)
+    assert status["lastRestart"]["message"].startswith(f"pod {name}-worker-1:")
+    pods = jobs.pods(name)
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"2"}
+    result = result_line(core, namespace, f"{name}-worker-0")
+    # The new gang picked up where the old one stopped: at the checkpoint seen before the disruption, or
+    # the one the trainer saved on SIGTERM after it; never from scratch.
+    assert seen <= result["resumed_from_step"] < STEPS, result
+    assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
