@@ -57,7 +57,8 @@ def cluster_c(local_cluster: Cluster) -> Cluster:
 
 @pytest.fixture(scope="session")
 def api_client(local_cluster: Cluster) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    # The kubeconfig exists once the control plane does: whatever tier the test asks for next, at least A.
+    return config.new_client_from_config(config_file=str(_at_tier(local_cluster, Tier.A).kubeconfig))
 
 
 @pytest.fixture

@@ -17,9 +17,11 @@ from tests.waiting import wait_for
 PROBE_CONTEXT = HERE / "images" / "probe"
 
 
-@pytest.fixture(scope="session")
-def probe_image(local_cluster: Cluster) -> str:
-    """The probe image, built with buildah from its Dockerfile; tagged by content so edits rebuild it."""
+@pytest.fixture
+def probe_image(cluster_c: Cluster) -> str:
+    """The probe image, built with buildah from its Dockerfile; tagged by content so edits rebuild it.
+    Built into the real node's containerd, so after tier C is up."""
+    local_cluster = cluster_c
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(PROBE_CONTEXT.iterdir()))).hexdigest()[
         :12
     ]
