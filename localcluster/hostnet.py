@@ -27,6 +27,14 @@ CONTAINMENT_RULES = (
     ],
 )
 
+# Chains the kubelet creates (by table), and the jumps into them from built-in chains.
+KUBELET_CHAINS = {
+    "mangle": ("KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+    "filter": ("KUBE-KUBELET-CANARY", "KUBE-FIREWALL"),
+}
+KUBELET_JUMPS = (("filter", "INPUT", "KUBE-FIREWALL"), ("filter", "OUTPUT", "KUBE-FIREWALL"))
+
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), check=check, capture_output=True, text=True)
@@ -63,7 +71,12 @@ def undo_pod_networking() -> None:
         while _run("iptables", "-C", *rule, check=False).returncode == 0:
             _run("iptables", "-D", *rule)
     _run("ip", "link", "del", POD_BRIDGE, check=False)
-    # The kubelet's canary chains (kube-proxy --cleanup removes the proxy's own).
-    for table in ("mangle", "nat", "filter"):
-        if _run("iptables", "-t", table, "-F", "KUBE-KUBELET-CANARY", check=False).returncode == 0:
-            _run("iptables", "-t", table, "-X", "KUBE-KUBELET-CANARY", check=False)
+    # The kubelet's own chains, in IPv4 and IPv6 (kube-proxy --cleanup removes only the proxy's).
+    for tool in ("iptables", "ip6tables"):
+        for table, chain, target in KUBELET_JUMPS:
+            while _run(tool, "-t", table, "-C", chain, "-j", target, check=False).returncode == 0:
+                _run(tool, "-t", table, "-D", chain, "-j", target)
+        for table, chains in KUBELET_CHAINS.items():
+            for chain in chains:
+                if _run(tool, "-t", table, "-F", chain, check=False).returncode == 0:
+                    _run(tool, "-t", table, "-X", chain, check=False)

@@ -76,6 +76,9 @@ def main() -> int:
         model_dir = local_model_dir()
         os.makedirs(model_dir, exist_ok=True)
         torch.save(model.state_dict(), os.path.join(model_dir, "model.pt"))
+    # Leave together: a rank that destroys its process group while rank 0 is still saving can abort
+    # in gloo's threads on the way out.
+    dist.barrier()
     dist.destroy_process_group()
     return 0 if accuracy >= MIN_ACCURACY else 1
 

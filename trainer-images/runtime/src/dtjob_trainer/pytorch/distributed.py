@@ -69,9 +69,14 @@ def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -
 
 @contextmanager
 def distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> Iterator[DistributedContext]:
-    """init_distributed, and destroy the process group on the way out (also on SystemExit)."""
+    """init_distributed, and destroy the process group on the way out (also on SystemExit).
+
+    On a normal exit the ranks first meet at a barrier: a rank that tears its process group down while a
+    peer still talks to it can abort in gloo's worker threads ("terminate called without an active
+    exception", SIGABRT) after its work is done. Not on an exception: a lost peer would never arrive."""
     context = init_distributed(rendezvous, rendezvous_timeout_s)
     try:
         yield context
+        dist.barrier()
     finally:
         dist.destroy_process_group()
