@@ -134,8 +134,10 @@ def next_status(
         running = f"{len(gang.members)}/{len(gang.members)} pods of attempt {attempt} are running"
         conditions.set(ConditionType.RUNNING, "True", "AllReplicasRunning", running)
         conditions.set(ConditionType.RESTARTING, "False", "AllReplicasRunning", running)
-    if action in (Action.CREATE_MISSING, Action.WAIT) and not old.finished:
-        _set_schedulability(conditions, current, gang.spec.run_policy.scheduling_timeout_seconds)
+    if action in (Action.CREATE_MISSING, Action.WAIT, Action.SUSPEND) and not old.finished:
+        # A suspended job's pods are going: none of them waits for a node any more.
+        live = () if action == Action.SUSPEND else current
+        _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
 
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(
@@ -194,7 +196,7 @@ def _set_schedulability(
     was when the job finishes, so a SchedulingTimeout failure keeps the scheduler's word beside it."""
     waiting = [p for p in current if p.unschedulable and not p.terminating]
     if not waiting:
-        conditions.set(ConditionType.UNSCHEDULABLE, "False", "Scheduled", "every pod has been scheduled")
+        conditions.set(ConditionType.UNSCHEDULABLE, "False", "Scheduled", "no pod is waiting for a node")
         return
     then = f"; the job fails after schedulingTimeoutSeconds ({timeout_seconds}s)" if timeout_seconds else ""
     names = ", ".join(p.name for p in waiting)

@@ -130,3 +130,15 @@ def test_an_unschedulable_pod_shows_the_schedulers_message_until_every_pod_is_pl
     assert {c["type"]: (c["status"], c["reason"]) for c in placed.status["conditions"]}["Unschedulable"] == (
         "False", "Scheduled",
     )  # fmt: skip
+
+
+def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> None:
+    job = status_after(JOB, [], 0)
+    waiting = [pending(p, unschedulable=True) for p in pods_of(job).values()]
+    job = status_after(job, waiting, 5)
+    assert {c["type"]: c["status"] for c in job["status"]["conditions"]}["Unschedulable"] == "True"
+    suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    plan = reconcile(suspended, waiting, NOW + timedelta(seconds=9))
+    assert plan.status is not None and plan.status["phase"] == "Suspended"
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in plan.status["conditions"]}
+    assert conditions["Unschedulable"] == ("False", "Scheduled")
