@@ -20,10 +20,10 @@ os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
 from kopf.testing import KopfRunner
 from kubernetes import client, config
 
+from dtjob.names import ATTEMPT_LABEL
 from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION
 
 CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"
-ATTEMPT_LABEL = "training.dtjob.io/attempt"
 POLL_SECONDS = 0.02
 
 

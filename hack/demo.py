@@ -7,7 +7,6 @@ leaves the cluster up so you can look around (`make cluster-down` when done).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from hack import images
+from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,11 +49,7 @@ def main() -> int:
 
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
-    # A fresh checkpoint directory, writable by the trainer's non-root user (the real node is this machine).
-    checkpoints = Path(manifest["spec"]["checkpoint"]["volume"]["hostPath"]["path"])
-    shutil.rmtree(checkpoints, ignore_errors=True)
-    checkpoints.mkdir(parents=True)
-    checkpoints.chmod(0o1777)
+    fresh_checkpoint_dir(manifest)
     cluster.kubectl("delete", "dtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait")
     say(f"applying {EXAMPLE.relative_to(REPO)}")
     print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE)), end="")

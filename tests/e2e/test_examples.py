@@ -4,7 +4,6 @@ hostPath volume."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import yaml
 from kubernetes import client
 
 from hack import images
+from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
 from tests.integration.conftest import REPO, Jobs, running_operator
 
@@ -22,16 +22,6 @@ IMAGE_OF = {image.ref: image for image in images.IMAGES.values()}
 
 def images_of(manifest: dict[str, Any]) -> set[str]:
     return {c["image"] for r in manifest["spec"]["replicas"] for c in r["template"]["spec"]["containers"]}
-
-
-def fresh_checkpoint_dir(manifest: dict[str, Any]) -> Path:
-    """The example's hostPath, emptied (a leftover checkpoint would make it resume, not train) and made
-    writable for the trainer's non-root user. The real node is this machine."""
-    path = Path(manifest["spec"]["checkpoint"]["volume"]["hostPath"]["path"])
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    path.chmod(0o1777)
-    return path
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

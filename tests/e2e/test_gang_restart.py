@@ -14,14 +14,14 @@ import yaml
 from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from kubernetes import client
 
+from dtjob.names import ATTEMPT_LABEL
 from hack import images
+from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from tests.e2e.test_examples import fresh_checkpoint_dir
 from tests.integration.conftest import REPO, Jobs, running_operator
 from tests.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
-ATTEMPT_LABEL = "training.dtjob.io/attempt"
 # Long enough that the disruption lands mid-run whatever the machine's speed: 23 steps an epoch.
 EPOCHS = 60
 STEPS = EPOCHS * 23

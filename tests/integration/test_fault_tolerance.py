@@ -12,11 +12,10 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
+from dtjob.names import ATTEMPT_LABEL
 from localcluster import Cluster, sim
 from tests.integration.conftest import Jobs, pytorch_job, running_operator
 from tests.waiting import wait_for
-
-ATTEMPT_LABEL = "training.dtjob.io/attempt"
 
 
 def gang_job(
