@@ -22,6 +22,7 @@ from dtjob import metrics
 from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube import io
 from dtjob.names import JOB_NAME_LABEL
+from dtjob.observed import nodes_to_judge
 from dtjob.plan import reconcile
 
 RESYNC_SECONDS = 30.0
@@ -130,7 +131,7 @@ def _reconcile_blocking(namespace: str, name: str) -> float:
         return RESYNC_SECONDS
     now = datetime.now(UTC)
     children = io.children_of(namespace, job)
-    plan = reconcile(job, children, now, io.read_nodes(children))
+    plan = reconcile(job, children, now, io.read_nodes(nodes_to_judge(children)))
     io.execute(job, plan)
     metrics.record_pass(job, plan.status, now)
     if plan.requeue_after is not None:

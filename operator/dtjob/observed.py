@@ -109,8 +109,8 @@ class Observed:
 def observe(
     children: Sequence[Mapping[str, Any]], now: datetime, nodes: Sequence[Mapping[str, Any]] | None = None
 ) -> Observed:
-    """Classify the job's pods. `nodes`: the Node objects the pods are bound to, read after the pods (a
-    bound pod whose node is absent sits on a deleted node); None when unknown, which skips node checks."""
+    """Classify the job's pods. `nodes`: the Node objects named by `nodes_to_judge`, read after the pods
+    (a bound pod whose node is absent sits on a deleted node); None when unknown, which skips node checks."""
     known = None if nodes is None else {v.name: v for v in map(node_view, nodes)}
     service = next((c for c in children if c.get("kind") == "Service"), None)
     pods = tuple(
@@ -120,6 +120,26 @@ def observe(
         )
     )
     return Observed(service=service, pods=pods)
+
+
+def nodes_to_judge(children: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The nodes whose state can change how a pod is seen: those of the bound pods `_node_matters` for.
+    What the adapter reads for `observe`, so a job whose pods ended and are left alone costs no read."""
+    return sorted(
+        {
+            node
+            for c in children
+            if c.get("kind") == "Pod" and (node := (c.get("spec") or {}).get("nodeName")) and _node_matters(c)
+        }
+    )
+
+
+def _node_matters(pod: Mapping[str, Any]) -> bool:
+    """A pod that has not ended can be lost with its node; one being deleted can be stuck on a lost node
+    (even after it ended: the kubelet still has to confirm). One that ended and is left alone cannot:
+    its end is known, and a delete of it takes effect at once (the apiserver gives ended pods no grace)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in TERMINAL_PHASES or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -226,7 +246,7 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
     trainer = _trainer_status(spec, status)
     created = _time(meta.get("creationTimestamp"))
     deletion_due = _time(meta.get("deletionTimestamp"))
-    node_lost, node_lost_at = _node_verdict(node, nodes, now)
+    node_lost, node_lost_at = _node_verdict(node, nodes, now) if _node_matters(pod) else (None, None)
     image_error_at = _image_error_at(trainer, conditions, created, now)
     facts = _Facts(
         phase=str(status.get("phase", "Pending")),

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from dtjob.api import Role
-from dtjob.observed import IMAGE_PULL_GRACE, NODE_NOT_READY_GRACE, PodState, classify, node_view, observe
+from dtjob.observed import (
+    IMAGE_PULL_GRACE,
+    NODE_NOT_READY_GRACE,
+    PodState,
+    classify,
+    node_view,
+    nodes_to_judge,
+    observe,
+)
 from tests.unit.builders import (
     NOW,
     deleted_at,
@@ -162,3 +170,26 @@ def test_observe_groups_pods_by_attempt_finds_the_service_and_the_soonest_rechec
     assert [p.name for p in observed.of_attempt(2)] == ["mnist-master-0", "mnist-worker-0"]
     assert [(p.name, p.terminating) for p in observed.not_of_attempt(2)] == [("mnist-worker-0", True)]
     assert observed.recheck_at() == NOW + timedelta(seconds=5)
+
+
+def on_node(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    pod["spec"]["nodeName"] = name
+    return pod
+
+
+def test_only_the_nodes_of_pods_that_can_still_be_lost_or_stuck_are_read() -> None:
+    pods = pods_of(manifest(("Worker", 5)))
+    children = [
+        service_of(JOB),
+        on_node(running(pods["mnist-worker-0"]), "node-running"),
+        on_node(exited(pods["mnist-worker-1"], 0), "node-succeeded"),
+        on_node(exited(pods["mnist-worker-2"], 1), "node-failed"),
+        on_node(deleting(exited(pods["mnist-worker-3"], 1)), "node-failed-and-deleted"),
+        pending(pods["mnist-worker-4"]),  # not bound: no node to read
+    ]
+    assert nodes_to_judge(children) == ["node-failed-and-deleted", "node-running"]
+
+
+def test_a_pod_that_ended_and_is_left_alone_is_not_judged_by_its_unread_node() -> None:
+    view = classify(exited(POD, 1), NOW, {})  # its node was not read, so it is absent
+    assert (view.state, view.reason, view.stuck, view.recheck_at) == (PodState.FAILED, "Error", False, None)

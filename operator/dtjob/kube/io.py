@@ -6,7 +6,7 @@ All calls are blocking (the official client); the Kopf adapter runs them in a wo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -49,16 +49,13 @@ def read_children(namespace: str, job_name: str, job_uid: str) -> list[dict[str,
     return [c for c in children if _owned_by(c, job_uid)]
 
 
-def read_nodes(children: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The nodes the pods are bound to, one GET each; a node that is gone is simply absent.
+def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
+    """The named nodes, one GET each; a node that is gone is simply absent.
 
     GETs and not one LIST: the cost follows the gang (a node per pod at most), not the cluster, whose
     thousands of nodes with their image lists would be read on every pass of every job. Read after the
     pods, so an absent node of a bound pod was deleted, not yet unknown.
     """
-    names = sorted(
-        {n for c in children if c.get("kind") == "Pod" and (n := (c.get("spec") or {}).get("nodeName"))}
-    )
     api, sanitize = core(), api_client().sanitize_for_serialization
     nodes = []
     for name in names:
