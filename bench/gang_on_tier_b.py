@@ -27,13 +27,13 @@ CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"
 POLL_SECONDS = 0.02
 
 
-def wait(probe: Callable[[], bool], what: str, timeout: float = 60.0) -> float:
+def wait(probe: Callable[[], bool], what: str, timeout: float = 60.0, every: float = POLL_SECONDS) -> float:
     """Poll until `probe` holds; the monotonic time it was first seen to."""
     deadline = time.monotonic() + timeout
     while not probe():
         if time.monotonic() > deadline:
             raise TimeoutError(f"no {what} after {timeout:.0f}s")
-        time.sleep(POLL_SECONDS)
+        time.sleep(every)
     return time.monotonic()
 
 
@@ -51,31 +51,42 @@ class Namespace:
     def create_job(self, manifest: dict[str, object]) -> None:
         self.jobs.create_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, manifest)
 
-    def delete_jobs(self) -> None:
+    def delete_jobs(self, timeout: float = 60.0, every: float = POLL_SECONDS) -> None:
         """Delete every job while the operator runs (it removes its finalizers), and wait until gone."""
-        for job in self.jobs.list_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL)["items"]:
-            self.jobs.delete_namespaced_custom_object(
-                GROUP, VERSION, self.name, PLURAL, job["metadata"]["name"]
-            )
-        wait(
-            lambda: not self.jobs.list_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL)["items"],
-            "jobs deleted",
-        )
+        self.jobs.delete_collection_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL)
+
+        def gone() -> bool:
+            listed = self.jobs.list_namespaced_custom_object(GROUP, VERSION, self.name, PLURAL, limit=1)
+            return not listed["items"]
+
+        wait(gone, "jobs deleted", timeout, every)
+
+
+def tier_b(crd_file: str = CRD_FILE) -> Cluster:
+    """Tier B (brought up if needed, left up) with the CRD applied."""
+    cluster = Cluster()
+    if cluster.running_tier() not in (Tier.B, Tier.C):
+        cluster.up(Tier.B)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", crd_file)
+    return cluster
+
+
+def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    """A fresh namespace, `prefix` and a random suffix, once pods may be created in it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait(lambda: bool(core.list_namespaced_service_account(name).items), "default ServiceAccount")
+    return name
 
 
 @contextlib.contextmanager
 def operator_namespace(prefix: str) -> Iterator[Namespace]:
     """Tier B (brought up if needed, left up), the CRD, a fresh namespace and the operator watching it.
     Nothing may be printed inside: the runner captures this process's stdout while it runs."""
-    cluster = Cluster()
-    if cluster.running_tier() not in (Tier.B, Tier.C):
-        cluster.up(Tier.B)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", CRD_FILE)
+    cluster = tier_b()
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core = client.CoreV1Api(api)
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait(lambda: bool(core.list_namespaced_service_account(name).items), "default ServiceAccount")
+    name = new_namespace(core, prefix)
     namespace = Namespace(core, client.CustomObjectsApi(api), name)
     try:
         with KopfRunner(["run", "--standalone", "--namespace", name, "-m", "dtjob.handlers"], timeout=60):

@@ -66,7 +66,7 @@ def _run_operator(args: argparse.Namespace) -> int:
     import dtjob.handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=args.verbose)
-    # One operator per cluster (the chart runs one replica with the Recreate strategy): no peering.
+    # No Kopf peering: replicas share a Lease of their own (dtjob.kube.leader) and only its holder acts.
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

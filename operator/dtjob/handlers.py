@@ -1,54 +1,117 @@
-"""The only Kopf adapter: one long-lived loop per job, woken by its pods, their nodes and its own changes.
+"""The only Kopf adapter: one long-lived loop per job, deciding on what the operator's watches saw.
 
-Level-triggered: every pass reads the job, its children and their nodes afresh, calls the pure
-`reconcile`, and executes the resulting Plan. Pod, node and job events only wake the job's loop early;
-a periodic resync covers anything missed (a lost watch event, an operator restart). All state that
-must survive a restart (the attempt, restart counters) lives in the job's status, never in memory.
+Reads come from the watch streams: Kopf indexes keep the job's pods, its Service and the nodes current
+(Kopf holds every handler back until their first listing is in), and the job itself is the daemon's live
+body. A pass therefore makes no API read in the steady state; it writes only what changed (see `plan`).
+
+Where a cache can lag behind the operator's own writes, the write carries the guard and the adapter
+remembers what it wrote until the watch catches up:
+- the status patch carries the job's resourceVersion: a pass that decided on an outdated job is refused
+  (409), reads the job once, and decides again; the job as written (or read) is used until the watch
+  delivers that version or a newer one, so a restart is never recorded twice;
+- the pods a pass created count as present until the pod watch delivers them, so the next pass neither
+  creates them again nor takes them for lost members of the gang.
+
+Pod, node and job events only wake a job's loop; a pass runs when something changed or a timer is due,
+under a bound on concurrent passes, and a failed pass backs off exponentially (with jitter) for that job
+alone. A finished job sleeps until its TTL or an event. With leader election on, only the replica that
+holds the Lease runs passes; the other keeps its caches warm. All state that must survive a restart
+(the attempt, restart counters) lives in the job's status, never in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-import os
+import random
 import time
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 import kopf
+from kubernetes.client import ApiException
+from pydantic import ValidationError
 
 from dtjob import metrics
 from dtjob.api import GROUP, PLURAL, VERSION
-from dtjob.kube import io
+from dtjob.kube import io, leader
 from dtjob.names import JOB_NAME_LABEL
-from dtjob.observed import nodes_to_judge
-from dtjob.plan import reconcile
+from dtjob.observed import node_essentials, nodes_to_judge, owned_by, pod_essentials
+from dtjob.plan import Plan, reconcile
+from dtjob.settings import OperatorSettings, from_env
 
-RESYNC_SECONDS = 30.0
-# Requeue soon after a failed pass (API hiccup) instead of waiting for the resync.
-ERROR_RETRY_SECONDS = 5.0
+# A safety net only: every input reaches a pass through the watches, and every time-based check through
+# the plan's requeue_after.
+RESYNC_SECONDS: Final = 300.0
+# Back-off after a failed pass: 0.5 s doubling up to 5 minutes, each wait drawn from [50%, 100%] of it.
+BACKOFF_BASE_SECONDS: Final = 0.5
+BACKOFF_MAX_SECONDS: Final = 300.0
+# The pods a pass created that the pod watch has not delivered after this long are forgotten (created
+# and deleted again before the watch caught up): the pod watch is the truth then.
+CREATED_MEMORY: Final = timedelta(seconds=60)
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 
 
-def _wakeups(memo: kopf.Memo) -> dict[JobKey, asyncio.Event]:
-    wakeups: dict[JobKey, asyncio.Event] = memo["wakeups"]
-    return wakeups
+@dataclass
+class JobMemory:
+    """What the adapter knows of one job beyond its watches; lost on restart, and nothing depends on it."""
+
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    """Something about the job, its pods or their nodes changed."""
+    job_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    """The job itself changed: this alone cuts a back-off short (the user may have fixed the spec)."""
+    written: dict[str, Any] | None = None
+    """The job as this operator last wrote or read it, newer than the watch's copy until that catches up."""
+    created: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
+    """Pods this operator created that the pod watch has not delivered yet, by uid."""
+    failures: int = 0
 
 
-def _wake(memo: kopf.Memo, namespace: str | None, name: str | None) -> None:
-    if namespace and name and (event := _wakeups(memo).get((namespace, name))):
-        event.set()
+@dataclass
+class Runtime:
+    """Operator-wide state, created at start-up and shared by every handler through the memo."""
+
+    config: OperatorSettings
+    jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
+    passes: asyncio.Semaphore = field(init=False)
+    executor: ThreadPoolExecutor = field(init=False)
+    acting: asyncio.Event = field(default_factory=asyncio.Event)
+    leadership: leader.Leadership | None = None
+    election: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.passes = asyncio.Semaphore(self.config.max_concurrent_passes)
+        self.executor = ThreadPoolExecutor(self.config.max_concurrent_passes, thread_name_prefix="pass")
+
+
+def _runtime(memo: kopf.Memo) -> Runtime:
+    runtime: Runtime = memo["runtime"]
+    return runtime
+
+
+def _wake(memo: kopf.Memo, namespace: str | None, name: str | None, job_changed: bool = False) -> None:
+    if namespace and name and (job := _runtime(memo).jobs.get((namespace, name))):
+        job.wakeup.set()
+        if job_changed:
+            job.job_changed.set()
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Each object's memo is a shallow copy of this operator-wide one: created here, the one registry of
-    # wake-up events is shared by the pods' handlers and the jobs' loops (created later, each object
-    # would get a registry of its own, and a pod's change would never wake its job).
-    memo["wakeups"] = {}
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Each object's memo is a shallow copy of this operator-wide one: created here, the one runtime is
+    # shared by the pods' handlers and the jobs' loops.
+    config = from_env()
+    runtime = Runtime(config)
+    memo["runtime"] = runtime
+    io.limit_rate(config.api_qps, config.api_burst)
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
@@ -59,17 +122,52 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.networking.request_timeout = 60
     # Our own Events say what happened; Kopf's per-handler events would only be noise.
     settings.posting.enabled = False
-    if port := os.environ.get("DTJOB_METRICS_PORT"):
-        metrics.serve(int(port))
+    # Nor its per-handler log lines: a line for every pod and node event is most of an idle operator's
+    # CPU. Warnings and errors still show, and --verbose (debug) shows everything.
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if config.metrics_port:
+        metrics.serve(config.metrics_port)
+    runtime.leadership = leader.from_env()
+    if runtime.leadership is None:
+        runtime.acting.set()
+    else:
+        runtime.acting = runtime.leadership.acting
+        runtime.election = asyncio.create_task(runtime.leadership.run(), name="leader election")
 
 
-@kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
+@kopf.on.cleanup()
+async def shut_down(memo: kopf.Memo, **_: Any) -> None:
+    runtime = _runtime(memo)
+    if runtime.election is not None:
+        runtime.election.cancel()  # releases the Lease, so a standby takes over at once
+        with contextlib.suppress(asyncio.CancelledError):
+            await runtime.election
+    runtime.executor.shutdown(wait=False, cancel_futures=True)
 
 
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def jobs_by_node(
+async def pods_by_job(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[JobKey, dict[str, Any]] | None:
+    """Each job's pods, as much of them as a pass reads."""
+    return {(namespace, labels[JOB_NAME_LABEL]): pod_essentials(body)} if namespace else None
+
+
+@kopf.index("services", labels={JOB_NAME_LABEL: kopf.PRESENT})
+async def services_by_job(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[JobKey, dict[str, Any]] | None:
+    return {(namespace, labels[JOB_NAME_LABEL]): dict(body)} if namespace else None
+
+
+@kopf.index("nodes")
+async def nodes_by_name(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: node_essentials(body)}
+
+
+@kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+async def jobs_by_node(
     namespace: str | None, spec: kopf.Spec, labels: kopf.Labels, **_: Any
 ) -> dict[str, JobKey] | None:
     """The job of every bound pod, by node: what a node's trouble must wake."""
@@ -77,8 +175,18 @@ def jobs_by_node(
     return {node: (namespace, labels[JOB_NAME_LABEL])} if node and namespace else None
 
 
+@kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+async def pod_changed(
+    namespace: str | None, uid: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> None:
+    job = _runtime(memo).jobs.get((namespace or "", labels.get(JOB_NAME_LABEL, "")))
+    if job is not None:
+        job.created.pop(uid or "", None)  # the watch has it now (or saw it go)
+    _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
+
+
 @kopf.on.event("nodes")
-def node_changed(type: str, name: str, status: kopf.Status, memo: kopf.Memo, **kwargs: Any) -> None:
+async def node_changed(type: str, name: str, status: kopf.Status, memo: kopf.Memo, **kwargs: Any) -> None:
     """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s, the
     taint manager 300 s): wake the jobs on it, whose passes judge the node themselves."""
     jobs_by_node: kopf.Index[str, JobKey] = kwargs["jobs_by_node"]  # Kopf passes indexes by name
@@ -91,49 +199,158 @@ def node_changed(type: str, name: str, status: kopf.Status, memo: kopf.Memo, **k
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
-    _wake(memo, namespace, name)
+async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    _wake(memo, namespace, name, job_changed=True)
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
 async def run_job(
-    name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    **kwargs: Any,
 ) -> None:
     assert namespace is not None, "DistributedTrainingJob is namespaced"
-    wakeup = _wakeups(memo).setdefault((namespace, name), asyncio.Event())
+    runtime = _runtime(memo)
+    key = (namespace, name)
+    job = runtime.jobs.setdefault(key, JobMemory())
     try:
         while not stopped:
-            wakeup.clear()
-            delay = await reconcile_once(namespace, name)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), timeout=delay)
+            await runtime.acting.wait()  # a standby replica (on stop, Kopf cancels the daemon)
+            job.wakeup.clear()
+            job.job_changed.clear()
+            delay = await reconcile_once(runtime, key, job, body, kwargs)
+            waker = job.job_changed if job.failures else job.wakeup  # a back-off ignores the pods' news
+            await _sleep(waker, stopped, delay)
     finally:
-        _wakeups(memo).pop((namespace, name), None)
+        runtime.jobs.pop(key, None)
         metrics.JOB_PHASES.forget(namespace, name)
 
 
-async def reconcile_once(namespace: str, name: str) -> float:
-    """One pass; returns how long to wait before the next unless something wakes the loop earlier."""
+async def reconcile_once(
+    runtime: Runtime, key: JobKey, memory: JobMemory, body: kopf.Body, indexes: Mapping[str, Any]
+) -> float | None:
+    """One pass; how long to wait before the next unless something wakes the loop earlier (None: until
+    something does)."""
     start = time.monotonic()
+    job = _freshest(dict(body), memory.written)
+    if job["metadata"].get("deletionTimestamp"):
+        return None
+    now = datetime.now(UTC)
+    children = _children(key, job["metadata"]["uid"], memory, indexes, now)
+    names = nodes_to_judge(children)
+    nodes_index: kopf.Index[str, dict[str, Any]] = indexes["nodes_by_name"]
+    cached = [node for n in names for node in nodes_index.get(n, [])]
+    unknown = [n for n in names if n not in nodes_index]
     try:
-        return await asyncio.to_thread(_reconcile_blocking, namespace, name)
-    except Exception:  # a failed pass must not kill the job's loop; the next one starts afresh
+        async with runtime.passes:
+            plan, done, fresh = await asyncio.get_running_loop().run_in_executor(
+                runtime.executor, _pass, job, children, cached, unknown, now
+            )
+    except Exception as err:  # a failed pass must not kill the job's loop; it backs off and starts afresh
+        memory.failures += 1
         metrics.RECONCILE_ERRORS.inc()
-        log.exception("reconcile of %s/%s failed; retrying in %ss", namespace, name, ERROR_RETRY_SECONDS)
-        return ERROR_RETRY_SECONDS
+        delay = _backoff(memory.failures)
+        what = "reconcile of %s/%s failed (%d in a row); retrying in %.1fs"
+        if (refusal := _refusal(err)) is not None:  # it names the field; a traceback adds nothing
+            log.warning(what + ": %s", *key, memory.failures, delay, refusal)
+        else:
+            log.exception(what, *key, memory.failures, delay)
+        return delay
     finally:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
+    memory.failures = 0
+    for pod in done.created:
+        memory.created[pod["metadata"]["uid"]] = (now, pod_essentials(pod))
+    if done.job is not None or fresh is not None:
+        memory.written = done.job or fresh
+    if done.conflict:
+        return 0.0
+    return _next_pass_in(plan, done.job or job)
 
 
-def _reconcile_blocking(namespace: str, name: str) -> float:
-    job = io.read_job(namespace, name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
-        return RESYNC_SECONDS
-    now = datetime.now(UTC)
-    children = io.children_of(namespace, job)
-    plan = reconcile(job, children, now, io.read_nodes(nodes_to_judge(children)))
-    io.execute(job, plan)
+def _pass(
+    job: dict[str, Any],
+    children: list[dict[str, Any]],
+    cached_nodes: list[dict[str, Any]],
+    unknown_nodes: list[str],
+    now: datetime,
+) -> tuple[Plan, io.Executed, dict[str, Any] | None]:
+    """The blocking part, in a worker thread: decide, write, and on a conflict read the job once."""
+    # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
+    nodes = cached_nodes + io.read_nodes(unknown_nodes)
+    plan = reconcile(job, children, now, nodes)
+    done = io.execute(job, plan)
+    if done.conflict:
+        return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"])
     metrics.record_pass(job, plan.status, now)
+    return plan, done, None
+
+
+def _children(
+    key: JobKey, uid: str, memory: JobMemory, indexes: Mapping[str, Any], now: datetime
+) -> list[dict[str, Any]]:
+    """The job's Service and pods from the watch caches, and the pods it created that they lack yet."""
+    services = list(indexes["services_by_job"].get(key, []))
+    pods = list(indexes["pods_by_job"].get(key, []))
+    seen = {p["metadata"]["uid"] for p in pods}
+    for pod_uid, (created_at, pod) in list(memory.created.items()):
+        if pod_uid in seen or now - created_at > CREATED_MEMORY:
+            memory.created.pop(pod_uid, None)
+        else:
+            pods.append(pod)
+    return [c for c in [*services, *pods] if owned_by(c, uid)]
+
+
+async def _sleep(waker: asyncio.Event, stopped: kopf.DaemonStopped, delay: float | None) -> None:
+    """Until woken, stopped (the job is being deleted: let Kopf release it at once) or `delay` is over."""
+    waits = [asyncio.ensure_future(waker.wait()), asyncio.ensure_future(stopped.wait())]
+    try:
+        await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+
+
+def _freshest(watched: dict[str, Any], written: dict[str, Any] | None) -> dict[str, Any]:
+    """The newer of the watch's copy of the job and the one this operator last wrote or read.
+
+    resourceVersions are etcd revisions: integers that only grow. Kubernetes calls them opaque, so one
+    that is not an integer makes the watch's copy win (the status patch's precondition still guards).
+    """
+    if written is None or written["metadata"].get("uid") != watched["metadata"].get("uid"):
+        return watched
+    try:
+        newer = int(written["metadata"]["resourceVersion"]) > int(watched["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return watched
+    return written if newer else watched
+
+
+def _next_pass_in(plan: Plan, job: Mapping[str, Any]) -> float | None:
     if plan.requeue_after is not None:
-        return max(0.1, min(plan.requeue_after, RESYNC_SECONDS))
+        return max(0.0, min(plan.requeue_after, RESYNC_SECONDS))
+    if (job.get("status") or {}).get("phase") in FINISHED_PHASES:
+        return None  # a finished job costs nothing: only its TTL (a requeue_after) or an event wakes it
     return RESYNC_SECONDS
+
+
+def _refusal(err: Exception) -> str | None:
+    """What refused a write, in the refuser's words: the apiserver (its message names the field), or the
+    client's own check of an object against the Kubernetes schema. None for anything else (a bug)."""
+    if isinstance(err, ApiException):
+        try:
+            return f"{err.status} {json.loads(err.body or '')['message']}"
+        except (TypeError, ValueError, KeyError):
+            return f"{err.status} {err.reason}"
+    if isinstance(err, ValidationError):
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        return f"refused by the Kubernetes client's schema check: {problems}"
+    return None
+
+
+def _backoff(failures: int) -> float:
+    ceiling = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+    return random.uniform(ceiling / 2, ceiling)

@@ -10,7 +10,7 @@ Terminating) made against `now`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
@@ -80,6 +80,8 @@ class PodView:
     """Terminating past its grace period on a lost node: no kubelet will ever finish it (force-delete)."""
     recheck_at: datetime | None = None
     """When time alone may change this view (a grace running out); None when nothing is pending."""
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,43 @@ def observe(
         )
     )
     return Observed(service=service, pods=pods)
+
+
+# What a watch cache keeps of a pod: all that `classify`, `nodes_to_judge` and the plan read. The rest
+# (the containers' env, volumes, managedFields) is most of a pod's size and never read.
+POD_METADATA: Final = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
+    "creationTimestamp", "deletionTimestamp",
+)  # fmt: skip
+
+
+def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [{"name": c.get("name")} for c in spec.get("containers") or []],
+        },
+        "status": dict(pod.get("status") or {}),
+    }
+
+
+def node_essentials(node: Mapping[str, Any]) -> dict[str, Any]:
+    """What `node_view` reads: the name, the creation time and the Ready condition."""
+    meta = node.get("metadata") or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return {
+        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "status": {"conditions": [dict(c) for c in conditions if c.get("type") == "Ready"]},
+    }
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether the job with this uid owns `obj` (not a namesake of a job deleted and created again)."""
+    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def nodes_to_judge(children: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -282,6 +321,8 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         stuck=stuck_at is not None and now >= stuck_at,
         recheck_at=min((t for t in (node_lost_at, image_error_at, stuck_at) if t and t > now), default=None),
+        labels=labels,
+        annotations=meta.get("annotations") or {},
     )
 
 

@@ -1,8 +1,14 @@
 """The one pure entry point of the operator: a job and its children in, a Plan of what to do out.
 
-The Kopf adapter reads the job, the pods and Service it owns and the nodes those pods are bound to, calls
-`reconcile`, and executes the Plan: deletes first, then server-side applies, then one status patch (only
-if it changed), events, and the job's own deletion when its TTL expired.
+The Kopf adapter hands in the job, the pods and Service it owns and the nodes those pods are bound to (all
+from its watch caches), calls `reconcile`, and executes the Plan: deletes first, then creates, label
+patches and the Service's apply, then one status patch (only if it changed, guarded by the job's
+resourceVersion), events, and the job's own deletion when its TTL expired.
+
+Writes only on change: a pod is created once and its spec never written again (a live pod's spec is
+immutable, and a newer operator's render must not touch running pods: the next attempt gets it); only the
+labels and annotations the operator owns are patched back when they drifted; the Service is applied only
+when it is missing or differs from the render.
 
 A gang restart is two passes: the first only records attempt N+1 (and the counters) in the status; the
 next finds the pods of attempt N stale and deletes them, then creates attempt N+1 once they are gone. The
@@ -15,12 +21,15 @@ children are left alone.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from dtjob.api import CleanPodPolicy, ConditionType, DistributedTrainingJobSpec, JobStatus, parse_job
 from dtjob.api.errors import describe
@@ -32,13 +41,15 @@ from dtjob.observed import ACTIVE_STATES, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
 from dtjob.status import FINISHING, Event, invalid_status, next_status, transition_events
 
-__all__ = ["Delete", "Event", "Plan", "dump_status", "read_status", "reconcile"]
+__all__ = ["Delete", "Event", "Plan", "Relabel", "dump_status", "read_status", "reconcile"]
 
-# Actions whose pass keeps the gang alive: the Service and the current attempt's pods are (re)applied,
-# so edited children drift back.
+# Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
+# current attempt's pods drift back when edited.
 KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT})
 # Delete with no grace: the pod object goes at once, for one no kubelet will ever finish.
 FORCE: Final = 0
+# A status can hold only so many entries this version does not know; past that it is read as none.
+MAX_STATUS_REPAIRS: Final = 20
 
 
 @dataclass(frozen=True)
@@ -52,8 +63,23 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class Relabel:
+    """A merge patch of the labels and annotations the operator owns on a live pod that drifted."""
+
+    name: str
+    uid: str
+    """A precondition: patch only the pod we looked at."""
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Plan:
+    create: list[dict[str, Any]] = field(default_factory=list)
+    """Pods to create (each once: one that exists already is fine)."""
     apply: list[dict[str, Any]] = field(default_factory=list)
+    """The Service, server-side applied, when it is missing or differs from the render."""
+    relabel: list[Relabel] = field(default_factory=list)
     delete: list[Delete] = field(default_factory=list)
     status: dict[str, Any] | None = None
     """The whole new status, or None when it equals the job's current one."""
@@ -87,8 +113,11 @@ def reconcile(
     decision = decide(spec, old, gang, observed, now)
     new = next_status(old, gang, observed, decision, now, generation)
     deletes = _deletes(decision, gang.attempt, observed, old, spec)
+    service, pods, relabel = _writes(decision, gang, observed)
     return Plan(
-        apply=_applies(decision, gang, observed),
+        create=pods,
+        apply=service,
+        relabel=relabel,
         delete=[delete for delete, _ in deletes],
         status=_changed(old, new),
         events=transition_events(old, new) + [event for _, event in deletes if event is not None],
@@ -98,11 +127,44 @@ def reconcile(
 
 
 def read_status(raw: Mapping[str, Any] | None) -> JobStatus:
-    """The stored status; one this operator cannot read is treated as none rather than wedging the job."""
-    try:
-        return JobStatus.model_validate(raw or {})
-    except ValidationError:
-        return JobStatus()
+    """The stored status, read as far as this operator understands it.
+
+    A status written by another version (a rollback) may hold what this one cannot parse: a condition
+    type, a phase or a role it does not know. Only those entries are dropped (the smallest part that
+    holds the error: a list item, else the field); the attempt, the counters and everything else are
+    kept, so that a rollback never restarts a gang or deletes a pod for it.
+    """
+    remaining = copy.deepcopy(dict(raw or {}))
+    for _ in range(MAX_STATUS_REPAIRS):
+        try:
+            return JobStatus.model_validate(remaining)
+        except ValidationError as error:
+            for problem in sorted(error.errors(), key=_deepest_first):
+                _drop(remaining, problem)
+    return JobStatus(attempt=_int_or(remaining.get("attempt"), 1))
+
+
+def _deepest_first(problem: ErrorDetails) -> tuple[int, ...]:
+    # Drop list items from the highest index down, so earlier indexes stay valid.
+    return tuple(-x if isinstance(x, int) else 0 for x in problem["loc"])
+
+
+def _drop(status: dict[str, Any], problem: ErrorDetails) -> None:
+    """Remove the innermost list item on the error's path, else the field it names."""
+    loc = list(problem["loc"])
+    cut = max((i for i, part in enumerate(loc) if isinstance(part, int)), default=len(loc) - 1)
+    parent: Any = status
+    for part in loc[:cut]:
+        try:
+            parent = parent[part]
+        except (KeyError, IndexError, TypeError):
+            return
+    with contextlib.suppress(KeyError, IndexError, TypeError):
+        del parent[loc[cut]]
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and value >= 1 else default
 
 
 def dump_status(status: JobStatus) -> dict[str, Any]:
@@ -119,28 +181,50 @@ def _changed(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
     return None if new_dump == dump_status(old) else new_dump
 
 
-def _applies(decision: Decision, gang: Gang, observed: Observed) -> list[dict[str, Any]]:
+def _writes(
+    decision: Decision, gang: Gang, observed: Observed
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Relabel]]:
+    """The Service to apply (if it differs), the pods to create, the live pods to relabel."""
     action = decision.action
-    if action in (Action.SUSPEND, Action.RESTART_GANG):
-        return [render_service(gang)]  # the Service stays: the gang comes back under the same names
-    if action not in KEEPS_GANG or decision.reason == Reason.FINISHED:
-        return []
+    keeps_gang = action in KEEPS_GANG and decision.reason != Reason.FINISHED
+    if not keeps_gang and action not in (Action.SUSPEND, Action.RESTART_GANG):
+        return [], [], []
+    # The Service stays through a suspension or a restart: the gang comes back under the same names.
+    service = render_service(gang)
+    apply = [] if observed.service is not None and contains(observed.service, service) else [service]
+    if not keeps_gang:
+        return apply, [], []
     present = {p.name: p for p in observed.of_attempt(gang.attempt)}
     create = action == Action.CREATE_MISSING
-    kept = [m for m in gang.members if m.pod in present and not present[m.pod].terminating]
-    created = [m for m in gang.members if create and m.pod not in present]
-    return [
-        render_service(gang),
-        *(_only_update(render_pod(gang, m), present[m.pod].uid) for m in kept),
-        *(render_pod(gang, m) for m in created),
-    ]
+    created = [render_pod(gang, m) for m in gang.members if create and m.pod not in present]
+    kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
+    relabel = [r for m, pod in kept if (r := _drifted(pod, render_pod(gang, m))) is not None]
+    return apply, created, relabel
 
 
-def _only_update(pod: dict[str, Any], uid: str) -> dict[str, Any]:
-    """The uid seen makes the apply an update only: a pod deleted since the pass listed it is refused
-    (409) instead of recreated, which would slip a lone new rank into the old gang unnoticed."""
-    pod["metadata"]["uid"] = uid
-    return pod
+def _drifted(pod: PodView, desired: Mapping[str, Any]) -> Relabel | None:
+    """The owned labels and annotations of a live pod that differ from the render (others are left)."""
+    meta = desired["metadata"]
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if pod.labels.get(k) != v}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if pod.annotations.get(k) != v}
+    if not labels and not annotations:
+        return None
+    return Relabel(pod.name, pod.uid, labels, annotations)
+
+
+def contains(observed: Any, desired: Any) -> bool:
+    """Whether `observed` holds everything `desired` sets (fields the server defaulted are ignored)."""
+    if isinstance(desired, Mapping):
+        return isinstance(observed, Mapping) and all(
+            k in observed and contains(observed[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(observed, list)
+            and len(observed) == len(desired)
+            and all(contains(o, d) for o, d in zip(observed, desired, strict=True))
+        )
+    return bool(observed == desired)
 
 
 def _deletes(

@@ -101,7 +101,16 @@ def next_status(
             ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
         )
         conditions.set(ConditionType.RUNNING, "False", "Restarting", decision.message)
-    if action == Action.CREATE_MISSING:
+    current = observed.of_attempt(attempt)
+    present = {p.name for p in current}
+    # From here on a missing pod of this attempt is a lost member, not one still to create. All present
+    # counts too: an operator that stopped (or whose status write was refused as outdated) between
+    # creating the pods and recording it records it now, start time and all.
+    all_present = action in (Action.CREATE_MISSING, Action.WAIT) and all(
+        m.pod in present for m in gang.members
+    )
+    created_attempt = attempt if action == Action.CREATE_MISSING or all_present else old.created_attempt
+    if action == Action.CREATE_MISSING or (all_present and old.created_attempt != attempt):
         conditions.set(ConditionType.CREATED, "True", "Created", f"created the pods of attempt {attempt}")
         if start_time is None:
             start_time = timestamp(now)
@@ -117,15 +126,6 @@ def next_status(
         conditions.set(ConditionType.RUNNING, "False", FINISHING[action], decision.message)
         conditions.set(ConditionType.RESTARTING, "False", FINISHING[action], decision.message)
 
-    current = observed.of_attempt(attempt)
-    present = {p.name for p in current}
-    # From here on a missing pod of this attempt is a lost member, not one still to create. All present
-    # counts too: an operator that stopped between creating the pods and recording it.
-    created_attempt = (
-        attempt
-        if action == Action.CREATE_MISSING or all(m.pod in present for m in gang.members)
-        else old.created_attempt
-    )
     if (
         action in (Action.CREATE_MISSING, Action.WAIT)
         and not old.finished

@@ -46,7 +46,18 @@ def test_the_charts_crds_are_byte_identical_to_the_generated_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["bogus=1", "image.pullPolicy=Sometimes", "metrics.port=70000", "logLevel=trace"]
+    "bad",
+    [
+        "bogus=1",
+        "image.pullPolicy=Sometimes",
+        "metrics.port=70000",
+        "logLevel=trace",
+        "replicas=0",
+        "apiQPS=0",
+        "apiQPS=fast",
+        "apiBurst=0",
+        "maxConcurrentPasses=0",
+    ],
 )
 def test_the_values_schema_rejects_unknown_or_invalid_values(bad: str) -> None:
     result = helm("template", "r", str(CHART), "--set", bad, check=False)
@@ -65,7 +76,7 @@ def test_rbac_is_least_privilege_no_wildcards_and_no_secrets() -> None:
 
 def test_watching_listed_namespaces_grants_roles_there_and_passes_them_to_the_operator() -> None:
     docs = render("watchNamespaces={team-a,team-b}")
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
     assert not any("pods" in r["resources"] for r in cluster_rules), "pod access must stay namespaced"
@@ -75,7 +86,6 @@ def test_watching_listed_namespaces_grants_roles_there_and_passes_them_to_the_op
 
 def test_the_operator_pod_is_restricted_and_probed() -> None:
     deployment = by_kind(render(), "Deployment")[0]
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -93,3 +103,65 @@ def test_metrics_service_and_optional_service_monitor() -> None:
     assert by_kind(render(), "Service") and not by_kind(render(), "ServiceMonitor")
     assert by_kind(render("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
     assert not by_kind(render("metrics.enabled=false"), "Service")
+
+
+def container_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    container = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_replicas_roll_because_only_the_lease_holder_acts() -> None:
+    assert by_kind(render(), "Deployment")[0]["spec"]["replicas"] == 1
+    deployment = by_kind(render("replicas=2"), "Deployment")[0]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = container_env(render("replicas=2"))
+    assert env["DTJOB_LEADER_ELECTION_LEASE"] == "r-dtjob-operator"
+    assert env["DTJOB_LEADER_ELECTION_NAMESPACE"] == "dtjob-system"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_the_lease_role_grants_get_create_update_on_leases_and_nothing_else() -> None:
+    for mode in ((), ("watchNamespaces={team-a,dtjob-system}",)):
+        docs = render(*mode)
+        lease_rules = [
+            (d, r) for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]
+            if "coordination.k8s.io" in r["apiGroups"] or "leases" in r["resources"]
+        ]  # fmt: skip
+        assert {d["metadata"]["name"] for d, _ in lease_rules} == {"r-dtjob-operator-leader-election"}
+        role = lease_rules[0][0]
+        assert role["kind"] == "Role" and role["metadata"]["namespace"] == "dtjob-system"
+        assert all(
+            r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"] for r in role["rules"]
+        )
+        assert sorted(v for r in role["rules"] for v in r["verbs"]) == ["create", "get", "update"]
+        named = next(r for r in role["rules"] if "get" in r["verbs"])
+        assert named["resourceNames"] == ["r-dtjob-operator"]  # reads and renewals: this release's only
+        binding = next(
+            d
+            for d in by_kind(docs, "RoleBinding")
+            if d["metadata"]["name"] == "r-dtjob-operator-leader-election"
+        )
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "r-dtjob-operator", "namespace": "dtjob-system"}
+        ]
+
+
+THROUGHPUT_ENV = ("DTJOB_MAX_CONCURRENT_PASSES", "DTJOB_API_QPS", "DTJOB_API_BURST")
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        pytest.param((), ("8", "100", "200"), id="the defaults"),
+        pytest.param(
+            ("maxConcurrentPasses=16", "apiQPS=50", "apiBurst=5"), ("16", "50", "5"), id="set values"
+        ),
+    ],
+)
+def test_throughput_values_reach_the_operator_environment(
+    sets: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    env = container_env(render(*sets))
+    assert tuple(env[name] for name in THROUGHPUT_ENV) == expected

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dtjob.plan import Delete, Event, Plan, reconcile
+from dtjob.plan import Delete, Event, Plan, Relabel, reconcile
 from tests.unit.builders import (
     NOW,
     container,
@@ -37,7 +37,8 @@ def after(job: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 def applied(plan: Plan) -> list[str]:
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.apply]
+    """What the plan writes: the Service it applies and the pods it creates."""
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in [*plan.apply, *plan.create]]
 
 
 def deleted(plan: Plan) -> list[str]:
@@ -81,10 +82,7 @@ def test_running_pods_make_the_job_running_and_a_quiet_pass_writes_nothing() -> 
         {"role": "Worker", "active": 2, "ready": 2, "succeeded": 0, "failed": 0},
     ]
     assert plan.events == [Event("Normal", "AllReplicasRunning", "3/3 pods of attempt 1 are running")]
-    assert applied(plan) == [
-        "Service/mnist",
-        *(f"Pod/{n}" for n in NAMES),
-    ]  # re-applied: edited children drift back
+    assert (applied(plan), plan.relabel) == ([], [])  # live children as rendered: nothing is written
     running_job = after(job, plan)
     quiet = reconcile(running_job, children, NOW + timedelta(seconds=40))
     assert (quiet.status, quiet.events, quiet.delete) == (None, [], [])
@@ -113,7 +111,7 @@ def test_rank_zero_success_completes_the_job_and_cleans_pods_by_policy(
     plan = reconcile(job, children, NOW + timedelta(minutes=5))
     assert plan.status is not None and plan.status["phase"] == "Succeeded"
     assert plan.status["completionTime"] == "2030-01-01T12:05:00Z"
-    assert deleted(plan) == deleted_pods and plan.apply == []
+    assert deleted(plan) == deleted_pods and applied(plan) == []
     assert all(d.uid and d.uid.startswith(f"uid-{d.name}") for d in plan.delete)
     assert Event("Normal", "RankZeroSucceeded", "rank-0 pod mnist-master-0 succeeded") in plan.events
     # A finished job stays finished: later passes neither apply nor change anything.
@@ -121,7 +119,7 @@ def test_rank_zero_success_completes_the_job_and_cleans_pods_by_policy(
     remaining = [c for c in children if c["metadata"]["name"] not in deleted_pods]
     settled = after(done, reconcile(done, remaining, NOW + timedelta(minutes=6)))
     again = reconcile(settled, remaining, NOW + timedelta(minutes=7))
-    assert (again.apply, again.delete, again.status, again.events) == ([], [], None, [])
+    assert (applied(again), again.delete, again.status, again.events) == ([], [], None, [])
 
 
 def test_suspend_deletes_the_pods_keeps_the_service_and_resume_recreates_them() -> None:
@@ -129,14 +127,14 @@ def test_suspend_deletes_the_pods_keeps_the_service_and_resume_recreates_them() 
     children = [service_of(JOB), *(running(p) for p in pods.values())]
     suspended_job = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
     plan = reconcile(suspended_job, children, NOW + timedelta(minutes=1))
-    assert deleted(plan) == NAMES and applied(plan) == ["Service/mnist"]
+    assert deleted(plan) == NAMES and applied(plan) == []  # the Service stays as it is
     assert plan.status is not None and plan.status["phase"] == "Suspended"
     assert Event("Normal", "Suspended", "the job is suspended: its pods are deleted") in plan.events
     suspended_job = after(suspended_job, plan)
 
     resumed_job = {**suspended_job, "spec": {**suspended_job["spec"], "runPolicy": {"suspend": False}}}
     resume = reconcile(resumed_job, [service_of(JOB)], NOW + timedelta(minutes=2))
-    assert applied(resume) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert applied(resume) == [f"Pod/{n}" for n in NAMES]
     assert resume.status is not None and resume.status["startTime"] == "2030-01-01T12:02:00Z"
     assert condition(after(resumed_job, resume), "Suspended") == {
         "type": "Suspended", "status": "False", "reason": "Resumed", "message": "the job was resumed",
@@ -165,7 +163,7 @@ def test_the_ttl_after_finishing_deletes_the_job() -> None:
     finished = after(job, plan)
     assert reconcile(finished, [], NOW + timedelta(seconds=30)).delete_job is False
     expired = reconcile(finished, [], NOW + timedelta(seconds=40))
-    assert expired.delete_job is True and (expired.apply, expired.delete) == ([], [])
+    assert expired.delete_job is True and (applied(expired), expired.delete) == ([], [])
 
 
 @pytest.mark.parametrize(
@@ -185,7 +183,7 @@ def test_an_invalid_spec_gets_an_invalid_condition_and_nothing_else(
 ) -> None:
     job = {**JOB, "spec": {**JOB["spec"], **spec_change}}
     plan = reconcile(job, [], NOW)
-    assert (plan.apply, plan.delete, plan.delete_job) == ([], [], False)
+    assert (applied(plan), plan.delete, plan.delete_job) == ([], [], False)
     assert plan.status is not None and plan.status["phase"] == "Invalid"
     invalid = condition(after(job, plan), "Invalid")
     assert invalid is not None and invalid["status"] == "True" and message in invalid["message"]
@@ -198,7 +196,7 @@ def test_fixing_an_invalid_spec_clears_the_condition_and_creates_the_pods() -> N
     broken = {**JOB, "spec": {**JOB["spec"], "framework": "Jax"}}
     invalid_job = after(broken, reconcile(broken, [], NOW))
     plan = reconcile({**invalid_job, "spec": JOB["spec"]}, [], NOW + timedelta(seconds=5))
-    assert len(plan.apply) == 4 and plan.status is not None and plan.status["phase"] == "Pending"
+    assert len(applied(plan)) == 4 and plan.status is not None and plan.status["phase"] == "Pending"
     assert Event("Normal", "ValidSpec", "the spec is valid") in plan.events
 
 
@@ -235,7 +233,7 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
     assert applied(backing_off) == ["Service/mnist"] and backing_off.requeue_after == 3.0
 
     recreate = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=6))
-    pods2 = [o for o in recreate.apply if o["kind"] == "Pod"]
+    pods2 = recreate.create
     assert [p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in pods2] == ["2", "2", "2"]
     assert {"name": "DTJ_ATTEMPT", "value": "2"} in pods2[0]["spec"]["containers"][0]["env"]
     assert recreate.status is not None and recreate.status["createdAttempt"] == 2
@@ -256,7 +254,7 @@ def test_a_preemption_restarts_at_once_and_is_counted_apart() -> None:
     }
     assert plan.requeue_after == 0.0
     recreate = reconcile(after(job, plan), [], NOW + timedelta(minutes=1, seconds=1))
-    assert len([o for o in recreate.apply if o["kind"] == "Pod"]) == 3
+    assert len(recreate.create) == 3
 
 
 def test_a_second_preemption_before_the_new_gang_ran_is_announced_too() -> None:
@@ -279,7 +277,7 @@ def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not
     plan = reconcile(
         job, [running(pods["mnist-master-0"]), running(pods["mnist-worker-1"])], NOW + timedelta(seconds=5)
     )
-    assert [o for o in plan.apply if o["kind"] == "Pod"] == []
+    assert plan.create == []
     assert plan.status is not None and (plan.status["attempt"], plan.status["restarts"]["failures"]) == (2, 1)
     assert plan.status["lastRestart"]["message"].startswith("pod mnist-worker-0: Vanished")
 
@@ -287,7 +285,7 @@ def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not
 def test_pods_an_interrupted_creation_left_missing_are_created_not_counted_as_lost() -> None:
     job = {**JOB, "status": {"attempt": 1, "conditions": []}}  # the pass that created them never recorded it
     plan = reconcile(job, [running(pods_of(JOB)["mnist-master-0"])], NOW)
-    assert applied(plan) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert applied(plan) == ["Service/mnist", "Pod/mnist-worker-0", "Pod/mnist-worker-1"]
     assert (
         plan.status is not None
         and plan.status["createdAttempt"] == 1
@@ -305,7 +303,7 @@ def test_an_operator_stopped_mid_restart_finishes_it_without_counting_it_again()
     ]
     restarting = after(job, reconcile(job, children, NOW))
     again = reconcile(restarting, children, NOW + timedelta(minutes=5))
-    assert deleted(again) == NAMES and [o for o in again.apply if o["kind"] == "Pod"] == []
+    assert deleted(again) == NAMES and again.create == []
     assert again.status is None and again.events == []
 
 
@@ -350,13 +348,70 @@ def test_the_user_container_env_reaches_the_applied_pods() -> None:
         {"role": "Worker", "count": 1, "template": template(container(env=[{"name": "LR", "value": "0.1"}]))}
     )
     plan = reconcile(job, [], NOW)
-    assert plan.apply[1]["spec"]["containers"][0]["env"][-1] == {"name": "LR", "value": "0.1"}
+    assert plan.create[0]["spec"]["containers"][0]["env"][-1] == {"name": "LR", "value": "0.1"}
 
 
-def test_pods_kept_are_reapplied_pinned_to_their_uid_so_a_pod_deleted_meanwhile_is_not_recreated() -> None:
+def test_live_pods_are_never_rewritten_only_missing_ones_are_created() -> None:
     job = {**JOB, "status": {"attempt": 1, "conditions": []}}
     pods = pods_of(JOB)
-    plan = reconcile(job, [running(pods["mnist-master-0"])], NOW)
-    uids = {o["metadata"]["name"]: o["metadata"].get("uid") for o in plan.apply if o["kind"] == "Pod"}
-    assert uids == {"mnist-master-0": pods["mnist-master-0"]["metadata"]["uid"], "mnist-worker-0": None,
-                    "mnist-worker-1": None}  # fmt: skip
+    plan = reconcile(job, [service_of(JOB), running(pods["mnist-master-0"])], NOW)
+    assert applied(plan) == ["Pod/mnist-worker-0", "Pod/mnist-worker-1"] and plan.relabel == []
+
+
+def test_a_changed_render_leaves_running_pods_alone_and_the_next_attempt_gets_it() -> None:
+    """An operator upgrade that renders pods differently (a new env var) must not touch live pods."""
+    job, pods = started()
+    children = [service_of(JOB), *(running(p) for p in pods.values())]
+    job = after(job, reconcile(job, children, NOW))
+    upgraded = {**job, "spec": {**job["spec"], "replicas": [
+        {**r, "template": template(container(env=[{"name": "NEW", "value": "1"}]))} for r in job["spec"]["replicas"]]}}  # fmt: skip
+    plan = reconcile(upgraded, children, NOW + timedelta(seconds=30))
+    assert (applied(plan), plan.relabel, plan.delete) == ([], [], [])
+
+
+def test_drifted_labels_and_annotations_of_a_live_pod_are_patched_back_and_nothing_else() -> None:
+    job, pods = started()
+    edited = running(pods["mnist-worker-0"])
+    edited["metadata"]["labels"]["training.dtjob.io/role"] = "Chief"
+    edited["metadata"]["labels"]["team"] = "theirs"  # not ours: left alone
+    children = [service_of(JOB), running(pods["mnist-master-0"]), edited, running(pods["mnist-worker-1"])]
+    plan = reconcile(job, children, NOW)
+    assert plan.relabel == [
+        Relabel("mnist-worker-0", edited["metadata"]["uid"], {"training.dtjob.io/role": "Worker"}, {})
+    ]
+    assert applied(plan) == []
+
+
+def test_an_edited_service_is_applied_again_and_a_matching_one_is_not() -> None:
+    job, pods = started()
+    live = [running(p) for p in pods.values()]
+    edited = service_of(JOB)
+    edited["spec"]["publishNotReadyAddresses"] = False
+    assert applied(reconcile(job, [edited, *live], NOW)) == ["Service/mnist"]
+    defaulted = service_of(JOB)  # what the apiserver adds (a uid, defaults) does not count as drift
+    defaulted["metadata"]["uid"] = "svc-uid"
+    defaulted["spec"]["sessionAffinity"] = "None"
+    defaulted["spec"]["ports"][0]["appProtocol"] = "tcp"
+    assert applied(reconcile(job, [defaulted, *live], NOW)) == []
+
+
+def test_a_status_with_an_unknown_condition_keeps_the_attempt_and_deletes_no_pod() -> None:
+    """A rollback: the stored status was written by a newer operator version."""
+    job, pods = started()
+    children = [service_of(JOB), *(running(p) for p in pods.values())]
+    job = after(job, reconcile(job, children, NOW))
+    newer = {**job, "status": {**job["status"], "phase": "Draining", "conditions": [
+        *job["status"]["conditions"],
+        {"type": "Degraded", "status": "True", "reason": "Newer", "lastTransitionTime": "2030-01-01T12:00:00Z"}]}}  # fmt: skip
+    plan = reconcile(newer, children, NOW + timedelta(seconds=30))
+    assert (plan.delete, applied(plan)) == ([], [])
+    assert plan.status is not None and plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
+
+
+def test_pods_created_by_a_pass_whose_status_write_was_refused_are_recorded_with_the_start_time() -> None:
+    """The status patch carries the job's resourceVersion: a pass can create the pods and then find its
+    status refused (the job changed meanwhile). The next pass sees every pod and records the creation."""
+    plan = reconcile(JOB, [service_of(JOB), *pods_of(JOB).values()], NOW)
+    assert applied(plan) == [] and plan.status is not None
+    assert (plan.status["createdAttempt"], plan.status["startTime"]) == (1, "2030-01-01T12:00:00Z")
+    assert Event("Normal", "Created", "created the pods of attempt 1") in plan.events

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dtjob.api import Condition, ConditionType, JobStatus
-from dtjob.plan import reconcile
+from dtjob.plan import read_status, reconcile
 from dtjob.status import Event, transition_events
 from tests.unit.builders import NOW, exited, manifest, pending, pods_of, running
 
@@ -88,14 +88,43 @@ def test_every_restart_is_a_warning_naming_the_attempt_and_the_cause() -> None:
 def test_an_unreadable_stored_status_does_not_wedge_the_job() -> None:
     job = {**JOB, "status": {"attempt": "not a number", "conditions": "garbage"}}
     plan = reconcile(job, [], NOW)
-    assert plan.status is not None and plan.status["attempt"] == 1 and len(plan.apply) == 3
+    assert plan.status is not None and plan.status["attempt"] == 1 and len(plan.create) == 2
 
 
 def test_a_status_written_by_a_newer_operator_keeps_its_attempt() -> None:
     job = {**JOB, "status": {"attempt": 7, "futureField": {"x": 1}, "conditions": []}}
     plan = reconcile(job, [], NOW)
     assert plan.status is not None and plan.status["attempt"] == 7
-    assert {p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in plan.apply[1:]} == {"7"}
+    assert {p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in plan.create} == {"7"}
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        pytest.param({"type": "Degraded", "status": "True", "reason": "Newer", "lastTransitionTime": "2030-01-01T11:00:00Z"},
+                     id="a condition type this version does not know"),
+        pytest.param({"type": "Running", "status": "Maybe", "reason": "Newer", "lastTransitionTime": "2030-01-01T11:00:00Z"},
+                     id="a condition status this version does not know"),
+    ],
+)  # fmt: skip
+def test_a_status_a_newer_operator_wrote_keeps_attempt_and_counters_on_rollback(
+    stored: dict[str, Any],
+) -> None:
+    status = {
+        "phase": "Warming",  # a phase this version does not know
+        "attempt": 3,
+        "createdAttempt": 3,
+        "restarts": {"failures": 1, "preemptions": 1, "total": 2},
+        "conditions": [
+            {"type": "Created", "status": "True", "reason": "Created", "lastTransitionTime": "2030-01-01T11:00:00Z"},
+            stored,
+        ],
+        "replicaStatuses": [{"role": "Coordinator", "active": 1}, {"role": "Worker", "active": 2}],
+    }  # fmt: skip
+    old = read_status(status)
+    assert (old.attempt, old.created_attempt, old.restarts.total, old.phase) == (3, 3, 2, None)
+    assert [c.type for c in old.conditions] == ["Created"]
+    assert [r.role for r in old.replica_statuses] == ["Worker"]
 
 
 def test_every_status_the_operator_writes_reads_back_identically() -> None:

@@ -22,3 +22,7 @@ def core() -> client.CoreV1Api:
 
 def custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client())
+
+
+def coordination() -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(api_client())

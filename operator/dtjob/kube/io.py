@@ -1,64 +1,74 @@
-"""Read a job and its children; server-side apply, delete with preconditions, patch status, post events.
+"""Write a job's children and status, read what the watch caches cannot vouch for, post events.
 
-All calls are blocking (the official client); the Kopf adapter runs them in a worker thread.
+All calls are blocking (the official client) and go through one client-side rate limit; the Kopf adapter
+runs them in its worker threads. Reads in the steady state come from the adapter's watch caches, not
+from here: this module reads only a job after a write conflict and a node the node cache does not hold.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from kubernetes import client
 
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom
-from dtjob.names import JOB_NAME_LABEL
-from dtjob.plan import Delete, Event, Plan
+from dtjob.kube.throttle import TokenBucket
+from dtjob.plan import Delete, Event, Plan, Relabel
+from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
 FIELD_MANAGER = "dtjob-operator"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+# Aggregated events remembered (LRU); one forgotten just starts a new Event with count 1.
+EVENT_MEMORY: Final = 4096
 
 log = logging.getLogger(__name__)
+_bucket = TokenBucket(DEFAULT_API_QPS, DEFAULT_API_BURST)
+
+
+def limit_rate(qps: float, burst: int) -> None:
+    global _bucket
+    _bucket = TokenBucket(qps, burst)
+
+
+class Conflict(Exception):
+    """The job changed since the version a pass decided on: the status was not written; decide again."""
+
+
+@dataclass
+class Executed:
+    """What a plan's execution learnt, for the caches: the pods it created and the job as written."""
+
+    created: list[dict[str, Any]] = field(default_factory=list)
+    job: dict[str, Any] | None = None
+    """The job as the status patch left it; None when no status was written."""
+    conflict: bool = False
+    """The job changed since the pass read it: its status and events were not written."""
 
 
 def read_job(namespace: str, name: str) -> dict[str, Any] | None:
+    _bucket.take()
     try:
-        job = cast(
-            dict[str, Any], custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        )
+        job = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     except client.ApiException as err:
         if err.status == 404:
             return None
         raise
-    return job
-
-
-def read_children(namespace: str, job_name: str, job_uid: str) -> list[dict[str, Any]]:
-    """Pods and the Service labelled with the job's name and owned by this very job (not a namesake)."""
-    selector = f"{JOB_NAME_LABEL}={job_name}"
-    api = core()
-    sanitize = api_client().sanitize_for_serialization
-    pods = api.list_namespaced_pod(namespace, label_selector=selector).items
-    services = api.list_namespaced_service(namespace, label_selector=selector).items
-    children = [sanitize(obj) for obj in [*services, *pods]]
-    for child, kind in zip(children, ["Service"] * len(services) + ["Pod"] * len(pods), strict=True):
-        child.setdefault("apiVersion", "v1")
-        child.setdefault("kind", kind)
-    return [c for c in children if _owned_by(c, job_uid)]
+    return cast(dict[str, Any], job)
 
 
 def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
-    """The named nodes, one GET each; a node that is gone is simply absent.
-
-    GETs and not one LIST: the cost follows the gang (a node per pod at most), not the cluster, whose
-    thousands of nodes with their image lists would be read on every pass of every job. Read after the
-    pods, so an absent node of a bound pod was deleted, not yet unknown.
-    """
+    """The named nodes, one GET each; a node that is gone is simply absent."""
     api, sanitize = core(), api_client().sanitize_for_serialization
     nodes = []
     for name in names:
+        _bucket.take()
         try:
             nodes.append(cast(dict[str, Any], sanitize(api.read_node(name))))
         except client.ApiException as err:
@@ -67,29 +77,40 @@ def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
     return nodes
 
 
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Create a pod; None when it exists already (a cache that has not seen it yet), which is fine."""
+    _bucket.take()
+    try:
+        created = core().create_namespaced_pod(pod["metadata"]["namespace"], cast(Any, dict(pod)))
+    except client.ApiException as err:
+        if err.status == 409:
+            return None
+        raise
+    return cast(dict[str, Any], api_client().sanitize_for_serialization(created))
+
+
+def relabel(namespace: str, op: Relabel) -> None:
+    """Merge-patch the drifted labels and annotations of the pod we looked at (uid precondition)."""
+    metadata: dict[str, Any] = {"uid": op.uid}
+    if op.labels:
+        metadata["labels"] = op.labels
+    if op.annotations:
+        metadata["annotations"] = op.annotations
+    _bucket.take()
+    try:
+        core().patch_namespaced_pod(op.name, namespace, {"metadata": metadata})
+    except client.ApiException as err:
+        if err.status not in (404, 409):  # gone, or a namesake: the next pass sees which
+            raise
 
 
 def apply(obj: Mapping[str, Any]) -> None:
-    """Server-side apply under one field manager, forcing ownership so edited children drift back."""
+    """Server-side apply under one field manager, forcing ownership so an edited Service drifts back."""
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    api = core()
-    kind = obj["kind"]
-    patch = {"Pod": api.patch_namespaced_pod, "Service": api.patch_namespaced_service}[kind]
-    try:
-        patch(
-            name,
-            namespace,
-            dict(obj),
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY_CONTENT_TYPE,
-        )
-    except client.ApiException as err:
-        # 409 with force: the uid the plan pinned names an object that is gone; the next pass sees why.
-        if not (err.status == 409 and obj["metadata"].get("uid")):
-            raise
+    _bucket.take()
+    core().patch_namespaced_service(
+        name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
+    )
 
 
 def delete(namespace: str, op: Delete) -> None:
@@ -101,6 +122,7 @@ def delete(namespace: str, op: Delete) -> None:
         grace_period_seconds=op.grace_period_seconds,
         propagation_policy="Background",
     )
+    _bucket.take()
     try:
         remove(op.name, namespace, body=body)
     except client.ApiException as err:
@@ -108,13 +130,25 @@ def delete(namespace: str, op: Delete) -> None:
             raise
 
 
-def patch_status(namespace: str, name: str, status: Mapping[str, Any]) -> None:
-    custom().patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status}
-    )
+def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the status the pass decided, only onto the version of the job it decided on."""
+    meta = job["metadata"]
+    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+    _bucket.take()
+    try:
+        written = custom().patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+        )
+    except client.ApiException as err:
+        if err.status == 409:
+            raise Conflict(f"{meta['namespace']}/{meta['name']} changed since resourceVersion "
+                           f"{meta['resourceVersion']}") from None  # fmt: skip
+        raise
+    return cast(dict[str, Any], written)
 
 
 def delete_job(namespace: str, name: str, uid: str) -> None:
+    _bucket.take()
     try:
         custom().delete_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name,
@@ -125,42 +159,96 @@ def delete_job(namespace: str, name: str, uid: str) -> None:
             raise
 
 
-def post_event(job: Mapping[str, Any], event: Event) -> None:
-    meta = job["metadata"]
-    now = datetime.now(UTC)
-    body = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
-        involved_object=client.V1ObjectReference(
-            api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"], namespace=meta["namespace"],
-            uid=meta["uid"], resource_version=meta.get("resourceVersion"),
-        ),
-        type=event.type, reason=event.reason, message=event.message[:1024],
-        first_timestamp=now, last_timestamp=now, count=1,
-        source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
-    )  # fmt: skip
-    try:
-        core().create_namespaced_event(meta["namespace"], body)
-    except client.ApiException as err:  # events are best effort: never fail a reconcile over one
-        log.warning(
-            "could not post event %s on %s/%s: %s", event.reason, meta["namespace"], meta["name"], err.reason
-        )
+class EventRecorder:
+    """Posts the operator's Events; the same event again on the same job bumps the first one's count.
+
+    As kubectl shows a recurring event: one object with `count` and `lastTimestamp`, not one per
+    occurrence. Which Event stands for which (job, type, reason, message) is remembered in memory.
+    """
+
+    def __init__(self, capacity: int = EVENT_MEMORY) -> None:
+        self._seen: OrderedDict[tuple[str, ...], tuple[str, int]] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def post(self, job: Mapping[str, Any], event: Event) -> None:
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["uid"], event.type, event.reason, event.message)
+        with self._lock:
+            known = self._seen.pop(key, None)
+        try:
+            bumped = self._bump(meta["namespace"], *known) if known else None
+            name, count = bumped or self._create(job, event)
+        except client.ApiException as err:  # events are best effort: never fail a reconcile over one
+            log.warning(
+                "could not post event %s on %s/%s: %s",
+                event.reason,
+                meta["namespace"],
+                meta["name"],
+                err.reason,
+            )
+            return
+        with self._lock:
+            self._seen[key] = (name, count)
+            while len(self._seen) > self._capacity:
+                self._seen.popitem(last=False)
+
+    def _bump(self, namespace: str, name: str, count: int) -> tuple[str, int] | None:
+        """None when the Event is gone (Events expire after an hour): then a new one starts."""
+        patch = {"count": count + 1, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        _bucket.take()
+        try:
+            core().patch_namespaced_event(name, namespace, patch)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            return None
+        return name, count + 1
+
+    def _create(self, job: Mapping[str, Any], event: Event) -> tuple[str, int]:
+        meta = job["metadata"]
+        now = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"], namespace=meta["namespace"],
+                uid=meta["uid"], resource_version=meta.get("resourceVersion"),
+            ),
+            type=event.type, reason=event.reason, message=event.message[:1024],
+            first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
+        )  # fmt: skip
+        _bucket.take()
+        created = core().create_namespaced_event(meta["namespace"], body)
+        return str(created.metadata.name), 1
 
 
-def execute(job: Mapping[str, Any], plan: Plan) -> None:
-    """Carry out a plan in a safe order: delete stale children first, then apply, then record the outcome."""
+EVENTS = EventRecorder()
+
+
+def execute(job: Mapping[str, Any], plan: Plan) -> Executed:
+    """Carry out a plan in a safe order: delete stale children first, then create and mend, then record
+    the outcome (guarded by the job's resourceVersion: a Conflict leaves the status unwritten)."""
     meta = job["metadata"]
     namespace = meta["namespace"]
+    done = Executed()
     for op in plan.delete:
         delete(namespace, op)
-    for obj in plan.apply:
-        apply(obj)
+    for service in plan.apply:
+        apply(service)
+    for pod in plan.create:
+        if (created := create_pod(pod)) is not None:
+            done.created.append(created)
+    for drifted in plan.relabel:
+        relabel(namespace, drifted)
     if plan.status is not None:
-        patch_status(namespace, meta["name"], plan.status)
+        try:
+            done.job = patch_status(job, plan.status)
+        except Conflict:
+            done.conflict = True
+            return done
     for event in plan.events:
-        post_event(job, event)
+        EVENTS.post(done.job or job, event)
     if plan.delete_job:
         delete_job(namespace, meta["name"], meta["uid"])
-
-
-def children_of(namespace: str, job: Mapping[str, Any]) -> Sequence[dict[str, Any]]:
-    return read_children(namespace, job["metadata"]["name"], job["metadata"]["uid"])
+    return done

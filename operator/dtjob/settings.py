@@ -1,0 +1,49 @@
+"""The operator's tunables, read once from its environment (the Helm chart sets them from its values)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Final
+
+DEFAULT_MAX_CONCURRENT_PASSES: Final = 8
+DEFAULT_API_QPS: Final = 100.0
+DEFAULT_API_BURST: Final = 200
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    max_concurrent_passes: int = DEFAULT_MAX_CONCURRENT_PASSES
+    """Reconcile passes that may run at once; the others wait their turn (fairly, first come first served)."""
+    api_qps: float = DEFAULT_API_QPS
+    """Sustained API calls per second, over all passes (client-side token bucket)."""
+    api_burst: int = DEFAULT_API_BURST
+    """API calls that may go out at once before `api_qps` spaces them."""
+    metrics_port: int | None = None
+
+
+def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
+    """Settings from DTJOB_* variables; a malformed value is an error at start-up, not a silent default."""
+    env = dict(os.environ) if env is None else env
+
+    def number(name: str, default: float, minimum: float, kind: type[int] | type[float]) -> float:
+        raw = env.get(name, "")
+        if not raw:
+            return default
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not a {kind.__name__}") from None
+        if value < minimum:
+            raise ValueError(f"{name}={raw!r} must be at least {minimum}")
+        return value
+
+    port = env.get("DTJOB_METRICS_PORT")
+    return OperatorSettings(
+        max_concurrent_passes=int(
+            number("DTJOB_MAX_CONCURRENT_PASSES", DEFAULT_MAX_CONCURRENT_PASSES, 1, int)
+        ),
+        api_qps=number("DTJOB_API_QPS", DEFAULT_API_QPS, 0.001, float),
+        api_burst=int(number("DTJOB_API_BURST", DEFAULT_API_BURST, 1, int)),
+        metrics_port=int(port) if port else None,
+    )

@@ -1,0 +1,182 @@
+"""The read/write path against a real apiserver (tier B): a pass reads from the watches and writes only
+what changed; an upgrade's new render never touches running pods; a rollback's unknown status keeps the
+attempt; a failing job backs off on its own."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+from kubernetes import client
+from prometheus_client import REGISTRY
+
+import dtjob.plan
+from localcluster import Cluster, sim
+from tests.integration.conftest import CRD_FILE, JOB_LABEL, Jobs, pytorch_job, running_operator
+from tests.waiting import wait_for
+
+
+def passes() -> float:
+    """Reconcile passes the in-process operator has finished so far."""
+    return REGISTRY.get_sample_value("dtjob_reconcile_duration_seconds_count") or 0.0
+
+
+def versions(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
+    """The resourceVersion of every child: any write to one changes it."""
+    selector = f"{JOB_LABEL}={name}"
+    children = [*core.list_namespaced_pod(namespace, label_selector=selector).items,
+                *core.list_namespaced_service(namespace, label_selector=selector).items]  # fmt: skip
+    return {f"{c.kind or type(c).__name__}/{c.metadata.name}": c.metadata.resource_version for c in children}
+
+
+def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.CoreV1Event]:
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return [e for e in items if e.source and e.source.component == "dtjob-operator"]
+
+
+def wake(jobs: Jobs, name: str, n: int) -> None:
+    """Touch the job (an annotation: a job event) and wait until the operator ran a pass on it."""
+    before = passes()
+    jobs.patch(name, {"metadata": {"annotations": {"test.dtjob.io/poke": str(n)}}})
+    wait_for(lambda: passes() > before, "a pass after the job changed")
+
+
+def test_a_quiet_running_job_writes_nothing_when_woken(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    jobs.create(pytorch_job("quiet", workers=3))
+    jobs.wait_pods("quiet", 3, phase="Running")
+    jobs.wait_condition("quiet", "Running")
+    wait_for(lambda: jobs.get("quiet")["status"].get("replicasReady") == "3/3", "3/3 ready in the status")
+    children, status, events = versions(core, namespace, "quiet"), jobs.get("quiet")["status"], events_of(core, namespace, "quiet")  # fmt: skip
+    for n in range(3):
+        wake(jobs, "quiet", n)
+    assert versions(core, namespace, "quiet") == children  # no pod or Service written
+    assert jobs.get("quiet")["status"] == status
+    assert len(events_of(core, namespace, "quiet")) == len(events)
+
+
+def test_an_upgraded_render_never_touches_running_pods_and_reaches_the_next_attempt(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with running_operator(cluster_b, namespace):
+        jobs.create(pytorch_job("upgrade", workers=2, runPolicy={"backoffLimit": 3}))
+        jobs.wait_pods("upgrade", 2, phase="Running")
+        jobs.wait_condition("upgrade", "Running")
+    before = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}
+
+    # The next operator version renders one more environment variable into every pod.
+    render_pod: Callable[..., dict[str, Any]] = dtjob.plan.render_pod
+
+    def newer_render(*args: Any) -> dict[str, Any]:
+        pod = render_pod(*args)
+        pod["spec"]["containers"][0]["env"].append({"name": "NEW_IN_V2", "value": "1"})
+        return pod
+
+    monkeypatch.setattr(dtjob.plan, "render_pod", newer_render)
+    with running_operator(cluster_b, namespace) as runner:
+        wake(jobs, "upgrade", 1)
+        after = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}
+        assert after == before, "a live pod was written"
+        # The status keeps moving: a failure restarts the gang, whose pods get the new render.
+        sim.exit_pod(core, namespace, "upgrade-worker-1", exit_code=1)
+        wait_for(lambda: jobs.get("upgrade")["status"].get("attempt") == 2, "attempt 2")
+        pods = wait_for(lambda: (p := jobs.pods("upgrade")) and len(p) == 2 and
+                        all(x.metadata.labels["training.dtjob.io/attempt"] == "2" for x in p) and p, "attempt 2's pods")  # fmt: skip
+        for pod in pods:
+            env = {e.name for e in pod.spec.containers[0].env}
+            assert "NEW_IN_V2" in env
+    assert "reconcile of" not in runner.output  # no pass failed (a re-applied live pod would: 422)
+
+
+def test_a_status_from_a_newer_version_keeps_the_attempt_and_deletes_no_pod(
+    cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    """A rollback: the newer version's CRD (kept by Helm) lets its status carry a condition type and a
+    phase this version does not know."""
+    newer = yaml.safe_load(CRD_FILE.read_text())
+    status_schema = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
+        "properties"
+    ]
+    status_schema["phase"]["enum"].append("Draining")
+    status_schema["conditions"]["items"]["properties"]["type"]["enum"].append("Degraded")
+    cluster_b.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(newer))
+    try:
+        with running_operator(cluster_b, namespace):
+            jobs.create(pytorch_job("rollback", workers=2))
+            jobs.wait_pods("rollback", 2, phase="Running")
+            jobs.wait_condition("rollback", "Running")
+        # What the newer version wrote before it was rolled back.
+        status = jobs.get("rollback")["status"]
+        degraded = {"type": "Degraded", "status": "True", "reason": "Newer", "message": "",
+                    "lastTransitionTime": "2030-01-01T00:00:00Z"}  # fmt: skip
+        written = {**status, "phase": "Draining", "conditions": [*status["conditions"], degraded]}
+        jobs.api.patch_namespaced_custom_object_status(
+            "training.dtjob.io",
+            "v1alpha1",
+            namespace,
+            "distributedtrainingjobs",
+            "rollback",
+            {"status": written},
+        )
+        uids = {p.metadata.name: p.metadata.uid for p in jobs.pods("rollback")}
+        with running_operator(cluster_b, namespace):
+            wake(jobs, "rollback", 1)
+            after = jobs.get("rollback")["status"]
+            assert (after["attempt"], after["restarts"]) == (status["attempt"], status["restarts"])
+            assert after["phase"] == "Running"
+            assert {p.metadata.name: p.metadata.uid for p in jobs.pods("rollback")} == uids
+    finally:
+        cluster_b.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+
+
+class Records(logging.Handler):
+    """The operator's log records as they happen (it runs in this process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def adapter_log() -> Iterator[Records]:
+    records, logger = Records(), logging.getLogger("dtjob.handlers")
+    logger.addHandler(records)
+    yield records
+    logger.removeHandler(records)
+
+
+def test_a_job_whose_pods_the_apiserver_refuses_backs_off_alone(
+    adapter_log: Records, operator: KopfRunner, jobs: Jobs, namespace: str
+) -> None:
+    bad = pytorch_job("refused", workers=1)
+    bad["spec"]["replicas"][0]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "valueFrom": "x"}]
+    jobs.create(bad)
+    jobs.create(pytorch_job("healthy", workers=1))
+    jobs.wait_pods("healthy", 1, phase="Running")  # a failing job does not hold up another
+    pattern = re.compile(
+        rf"reconcile of {namespace}/refused failed \((\d+) in a row\); retrying in ([\d.]+)s: (.*)"
+    )
+
+    def failures() -> list[re.Match[str]] | None:
+        found = [m for line in list(adapter_log.messages) if (m := pattern.match(line))]
+        return found if len(found) >= 5 else None
+
+    found = wait_for(failures, "five failed passes", timeout=60)
+    for count, match in enumerate(found[:5], start=1):
+        ceiling = 0.5 * 2 ** (count - 1)
+        assert int(match[1]) == count and ceiling / 2 <= float(match[2]) <= ceiling, match[0]
+    assert re.search(r"env\.\d+\.valueFrom", found[0][3])  # the message names the field

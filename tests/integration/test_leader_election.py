@@ -1,0 +1,234 @@
+"""Two operator replicas on one Lease: only the holder acts, and the standby takes over when it dies.
+
+The election itself first, in-process with short timings (tier A); then two `dtjob run` processes on
+kwok's fake GPU nodes (tier B), one of them SIGKILLed mid-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from dtjob.kube.leader import Leadership
+from localcluster import Cluster, sim
+from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.waiting import wait_for
+
+LEASE = "dtjob-test"
+# A killed leader's Lease expires 10 s after the standby last saw it change; the standby looks every 2 s.
+TAKEOVER_SECONDS = 15.0
+
+
+def holder(api: client.CoordinationV1Api, namespace: str, name: str = LEASE) -> str | None:
+    try:
+        lease = api.read_namespaced_lease(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or None
+
+
+def test_one_of_two_candidates_leads_and_a_cancelled_leader_hands_over_at_once(
+    cluster_a: Cluster, api_client: client.ApiClient, namespace: str
+) -> None:
+    api = client.CoordinationV1Api(api_client)
+    timings = {"lease_seconds": 3.0, "renew_deadline_seconds": 2.0, "retry_seconds": 0.5}
+
+    async def scenario() -> None:
+        a, b = (Leadership(namespace, "election", who, **timings) for who in ("cand-a", "cand-b"))
+        tasks = {a: asyncio.create_task(a.run()), b: asyncio.create_task(b.run())}
+        try:
+            await asyncio.wait_for(_first_set(a.acting, b.acting), timeout=10)
+            leader, standby = (a, b) if a.acting.is_set() else (b, a)
+            # Three renewals later the standby still stands by and the Lease still names the leader.
+            before = await _renewed(api, namespace, times=3)
+            assert before.holder_identity == leader.identity
+            assert leader.acting.is_set() and not standby.acting.is_set()
+            released_at = time.monotonic()
+            tasks[leader].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[leader]
+            assert not leader.acting.is_set()
+            await asyncio.wait_for(standby.acting.wait(), timeout=timings["lease_seconds"])
+            # A released Lease is taken at the standby's next round, not after the Lease duration.
+            assert time.monotonic() - released_at < timings["lease_seconds"]
+            lease = await asyncio.to_thread(api.read_namespaced_lease, "election", namespace)
+            assert lease.spec.holder_identity == standby.identity
+            assert lease.spec.lease_transitions == before.lease_transitions + 1
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_that_finds_its_lease_taken_stops_acting_at_its_next_round(
+    cluster_a: Cluster, api_client: client.ApiClient, namespace: str
+) -> None:
+    api = client.CoordinationV1Api(api_client)
+    leadership = Leadership(
+        namespace, "election", "cand-a", lease_seconds=3, renew_deadline_seconds=2, retry_seconds=0.5
+    )
+
+    async def scenario() -> None:
+        task = asyncio.create_task(leadership.run())
+        try:
+            await asyncio.wait_for(leadership.acting.wait(), timeout=10)
+            lease = await asyncio.to_thread(api.read_namespaced_lease, "election", namespace)
+            lease.spec.holder_identity = "intruder"
+            lease.spec.renew_time = datetime.now(UTC)
+            await asyncio.to_thread(api.replace_namespaced_lease, "election", namespace, lease)
+            lost = time.monotonic()
+            while leadership.acting.is_set():
+                assert time.monotonic() - lost < 2, "still acting 2 s after the Lease was taken"
+                await asyncio.sleep(0.05)
+            # It stands by: the intruder's Lease is left alone until it expires.
+            assert await asyncio.to_thread(holder, api, namespace, "election") == "intruder"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+async def _renewed(api: client.CoordinationV1Api, namespace: str, times: int) -> Any:
+    """Poll the Lease until its renewTime has moved `times` times; return its spec."""
+    deadline = time.monotonic() + 10
+    seen: set[Any] = set()
+    while True:
+        spec = (await asyncio.to_thread(api.read_namespaced_lease, "election", namespace)).spec
+        seen.add(spec.renew_time)
+        if len(seen) > times:
+            return spec
+        assert time.monotonic() < deadline, f"the Lease was renewed {len(seen) - 1} times in 10s"
+        await asyncio.sleep(0.1)
+
+
+async def _first_set(*events: asyncio.Event) -> None:
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class Replica:
+    """One `dtjob run` process, as the chart runs it: its own identity, the shared Lease, a log file."""
+
+    def __init__(self, identity: str, namespace: str, logs: Path) -> None:
+        self.identity, self.log_path = identity, logs / f"{identity}.log"
+        env = {
+            **os.environ,
+            "DTJOB_LEADER_ELECTION_LEASE": LEASE,
+            "DTJOB_LEADER_ELECTION_NAMESPACE": namespace,
+            "POD_NAME": identity,
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("DTJOB_METRICS_PORT", None)  # two processes on one port would clash
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "dtjob.cli", "run", "--namespace", namespace],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def replicas(namespace: str, logs: Path, *identities: str) -> Iterator[dict[str, Replica]]:
+    started: dict[str, Replica] = {}
+    try:
+        for identity in identities:
+            started[identity] = Replica(identity, namespace, logs)
+        yield started
+    finally:
+        for replica in started.values():
+            replica.stop()
+
+
+def pod_uids(jobs: Jobs, name: str) -> dict[str, str]:
+    return {p.metadata.name: p.metadata.uid for p in jobs.pods(name)}
+
+
+def test_only_the_lease_holder_acts_and_its_standby_takes_over_within_seconds_of_its_death(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    namespace: str,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    leases = client.CoordinationV1Api(api_client)
+    with replicas(namespace, tmp_path, "op-a", "op-b") as running:
+
+        def logs() -> str:
+            return "".join(f"\n--- {r.identity} ---\n{r.log()[-3000:]}" for r in running.values())
+
+        leader_name = wait_for(lambda: holder(leases, namespace), "a holder of the Lease", timeout=60)
+        leader = running[leader_name]
+        standby = next(r for r in running.values() if r is not leader)
+        wait_for(
+            lambda: f"standing by: lease held by {leader.identity}" in standby.log(),
+            f"the standby to stand by{logs()}",
+        )
+
+        jobs.create(pytorch_job("first", workers=2))
+        first = jobs.wait_pods("first", 2, phase="Running")
+        jobs.wait_condition("first", "Running")
+        uids = {p.metadata.name: p.metadata.uid for p in first}
+        assert "acquired leadership" in leader.log()
+        assert "acquired leadership" not in standby.log(), logs()
+        assert leader.process.poll() is None and standby.process.poll() is None, logs()
+
+        leader.process.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        leader.process.wait()
+        jobs.create(pytorch_job("second", workers=2))
+
+        def left() -> float:
+            return max(0.1, TAKEOVER_SECONDS - (time.monotonic() - killed))
+
+        wait_for(
+            lambda: holder(leases, namespace) == standby.identity,
+            f"the standby's takeover{logs()}",
+            timeout=left(),
+        )
+        jobs.wait_pods("second", 2, timeout=left())
+        took = time.monotonic() - killed
+        assert took <= TAKEOVER_SECONDS, f"the second job's pods came {took:.1f}s after the kill"
+        assert f"acquired leadership (lease {namespace}/{LEASE})" in standby.log()
+
+        # The first job is the new leader's too: nothing of it was recreated, and it still reacts.
+        assert pod_uids(jobs, "first") == uids
+        assert jobs.get("first")["status"]["phase"] == "Running"
+        sim.exit_pod(core, namespace, "first-worker-0", exit_code=0)
+        jobs.wait_condition("first", "Succeeded")
+        assert "Traceback" not in standby.log(), logs()

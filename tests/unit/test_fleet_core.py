@@ -1,0 +1,111 @@
+"""The pure parts of the read/write path: the cache's view of a pod, the rate limit, the settings, which
+copy of a job a pass decides on, and the back-off after errors."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dtjob.handlers import _backoff, _freshest
+from dtjob.kube.throttle import TokenBucket
+from dtjob.observed import classify, node_essentials, node_view, pod_essentials
+from dtjob.settings import OperatorSettings, from_env
+from tests.unit.builders import NOW, deleted_at, exited, manifest, node, pending, pods_of, preempted, running
+
+POD = pods_of(manifest(("Worker", 2)))["mnist-worker-1"]
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(POD, id="a pod just created"),
+        pytest.param(pending(POD, unschedulable=True), id="an unschedulable pod"),
+        pytest.param(running(POD), id="a running pod"),
+        pytest.param(exited(POD, 137, message="OOM"), id="a pod that failed"),
+        pytest.param(preempted(POD), id="a preempted pod"),
+        pytest.param(deleted_at(running(POD), "2030-01-01T12:00:30Z"), id="a pod being deleted"),
+    ],
+)
+def test_the_cache_keeps_all_of_a_pod_that_its_classification_reads(pod: dict[str, Any]) -> None:
+    later = NOW + timedelta(minutes=5)
+    assert classify(pod_essentials(pod), later, {}) == classify(pod, later, {})
+    assert "env" not in str(pod_essentials(pod)["spec"])  # the bulk of a pod is not kept
+
+
+def test_the_cache_keeps_all_of_a_node_that_its_view_reads() -> None:
+    for ready in ("True", "Unknown"):
+        full = node(ready=ready)
+        assert node_view(node_essentials(full)) == node_view(full)
+
+
+def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=10, burst=3, clock=lambda: now[0])
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.reserve() == pytest.approx(0.1)
+    assert bucket.reserve() == pytest.approx(0.2)
+    now[0] = 10.0  # idle long enough: a full burst again, never more
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.reserve() > 0
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({}, OperatorSettings(), id="defaults when nothing is set"),
+        pytest.param(
+            {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080"},
+            OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080),
+            id="every setting from its variable",
+        ),
+    ],
+)  # fmt: skip
+def test_settings_come_from_the_environment(env: dict[str, str], expected: OperatorSettings) -> None:
+    assert from_env(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param(
+            {"DTJOB_API_QPS": "fast"}, "DTJOB_API_QPS='fast' is not a float", id="a word for a number"
+        ),
+        pytest.param({"DTJOB_MAX_CONCURRENT_PASSES": "0"}, "must be at least 1", id="zero concurrent passes"),
+        pytest.param({"DTJOB_API_BURST": "2.5"}, "is not a int", id="a fraction for a count"),
+    ],
+)
+def test_a_malformed_setting_is_an_error_naming_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        from_env(env)
+
+
+def _job(uid: str, version: str) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "resourceVersion": version}}
+
+
+@pytest.mark.parametrize(
+    ("watched", "written", "expected"),
+    [
+        pytest.param(_job("a", "10"), None, _job("a", "10"), id="nothing written: the watch's copy"),
+        pytest.param(_job("a", "10"), _job("a", "12"), _job("a", "12"), id="the watch lags our write: ours"),
+        pytest.param(
+            _job("a", "15"), _job("a", "12"), _job("a", "15"), id="the watch caught up and moved on"
+        ),
+        pytest.param(
+            _job("b", "10"), _job("a", "12"), _job("b", "10"), id="a namesake job: the watch's copy"
+        ),
+        pytest.param(_job("a", "10"), _job("a", "x9"), _job("a", "10"), id="a version that is no number"),
+    ],
+)
+def test_a_pass_decides_on_the_newest_copy_of_the_job(
+    watched: dict[str, Any], written: dict[str, Any] | None, expected: dict[str, Any]
+) -> None:
+    assert _freshest(watched, written) == expected
+
+
+def test_the_back_off_doubles_with_jitter_up_to_its_ceiling() -> None:
+    for failures, ceiling in [(1, 0.5), (2, 1.0), (5, 8.0), (40, 300.0)]:
+        waits = {_backoff(failures) for _ in range(50)}
+        assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(waits) > 1
