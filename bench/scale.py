@@ -22,7 +22,7 @@ maxPreemptions 50. One raw pod watch per namespace timestamps every event as it 
 4. idle       after --settle s, over --window s: the operator's CPU (utime+stime) as % of a core, its
               VmRSS/VmHWM, the cluster components' CPU, and apiserver requests/s by verb and resource
               from the apiserver's own apiserver_request_total (the benchmark's own requests taken out).
-              Make the window span a few of the operator's resyncs (30 s): a shorter one can miss them.
+              An operator that resyncs (c6e6ce7: every 30 s) needs a window spanning a few resyncs.
 5. preemption --rounds times, one at a time: a Running job's non-rank-0 pod is preempted as GKE spot does
               (kwok: Failed, DisruptionTarget=True); from the moment the watch sees it Failed until
               status.restarts.preemptions counts it, and until the new attempt's gang is all Running.
@@ -63,7 +63,9 @@ from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench.gang_on_tier_b import CRD_FILE, Namespace, new_namespace, tier_b, wait
+from dtjob.kube.throttle import TokenBucket
 from dtjob.names import ATTEMPT_LABEL
+from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 from localcluster import Cluster, fakenodes, sim
 from localcluster.cluster import TIER_COMPONENTS
 from localcluster.procs import Processes
@@ -699,22 +701,6 @@ def floor_pod(template: dict[str, Any] | None, name: str, job: str) -> dict[str,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-class TokenBucket:
-    """client-go's limiter: `burst` calls at once, then `qps` a second, shared by every thread."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps, self.burst, self.tokens, self.stamp = qps, burst, float(burst), time.monotonic()
-        self.lock = threading.Lock()
-
-    def take(self) -> None:
-        with self.lock:
-            now = time.monotonic()
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps) - 1
-            self.stamp = now
-            delay = -self.tokens / self.qps if self.tokens < 0 else 0.0
-        time.sleep(delay)
-
-
 def floor(api: client.ApiClient, args: argparse.Namespace, template: dict[str, Any] | None) -> dict[str, Any]:
     """The same pods from a bare client under the same QPS; per job, from the start to all its pods Running."""
     core = client.CoreV1Api(api)
@@ -867,8 +853,10 @@ def main() -> None:
     parser.add_argument(
         "--operator-src", type=Path, action="append", help="a checkout's operator/ (repeatable)"
     )
-    parser.add_argument("--qps", type=float, default=20.0, help="the operator's and the floor's client QPS")
-    parser.add_argument("--burst", type=int, default=40)
+    parser.add_argument(
+        "--qps", type=float, default=DEFAULT_API_QPS, help="the operator's and the floor's client QPS"
+    )
+    parser.add_argument("--burst", type=int, default=DEFAULT_API_BURST)
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after all Running before idle")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of the idle window")
     parser.add_argument(

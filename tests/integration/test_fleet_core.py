@@ -16,6 +16,8 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 import dtjob.plan
+from dtjob.kube import io
+from dtjob.plan import Event
 from localcluster import Cluster, sim
 from tests.integration.conftest import CRD_FILE, JOB_LABEL, Jobs, pytorch_job, running_operator
 from tests.waiting import wait_for
@@ -180,3 +182,19 @@ def test_a_job_whose_pods_the_apiserver_refuses_backs_off_alone(
         ceiling = 0.5 * 2 ** (count - 1)
         assert int(match[1]) == count and ceiling / 2 <= float(match[2]) <= ceiling, match[0]
     assert re.search(r"env\.\d+\.valueFrom", found[0][3])  # the message names the field
+
+
+def test_the_same_event_again_bumps_the_count_of_the_first(
+    crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    job = jobs.create(pytorch_job("noisy", workers=1))
+    recorder = io.EventRecorder()
+    for _ in range(3):
+        recorder.post(job, Event("Warning", "PodFailed", "pod noisy-worker-0: Error, exit code 1"))
+    recorder.post(job, Event("Warning", "PodFailed", "pod noisy-worker-0: Error, exit code 2"))
+    events = sorted(events_of(core, namespace, "noisy"), key=lambda e: e.count)
+    assert [(e.reason, e.message, e.count) for e in events] == [
+        ("PodFailed", "pod noisy-worker-0: Error, exit code 2", 1),
+        ("PodFailed", "pod noisy-worker-0: Error, exit code 1", 3),
+    ]
+    assert events[1].last_timestamp >= events[1].first_timestamp
