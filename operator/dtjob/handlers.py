@@ -1,7 +1,8 @@
 """The only Kopf adapter: one long-lived loop per job, deciding on what the operator's watches saw.
 
-Reads come from the watch streams: Kopf indexes keep the job's pods, its Service and the nodes current
-(Kopf holds every handler back until their first listing is in), and the job itself is the daemon's live
+Reads come from the watch streams: Kopf indexes keep the job's pods and its Service current (Kopf holds
+every handler back until their first listing is in), a lighter watch of its own keeps every node's Ready
+condition (`kube.nodes`; passes wait for its first listing), and the job itself is the daemon's live
 body. A pass therefore makes no API read in the steady state; it writes only what changed (see `plan`).
 
 Where a cache can lag behind the operator's own writes, the write carries the guard and the adapter
@@ -40,8 +41,9 @@ from pydantic import ValidationError
 from dtjob import metrics
 from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube import io, leader
+from dtjob.kube.nodes import NodeWatch
 from dtjob.names import JOB_NAME_LABEL
-from dtjob.observed import node_essentials, nodes_to_judge, owned_by, pod_essentials
+from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
 from dtjob.plan import Plan, reconcile
 from dtjob.settings import OperatorSettings, from_env
 
@@ -86,6 +88,8 @@ class Runtime:
     acting: asyncio.Event = field(default_factory=asyncio.Event)
     leadership: leader.Leadership | None = None
     election: asyncio.Task[None] | None = None
+    nodes: NodeWatch | None = None
+    nodes_synced: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.passes = asyncio.Semaphore(self.config.max_concurrent_passes)
@@ -105,7 +109,7 @@ def _wake(memo: kopf.Memo, namespace: str | None, name: str | None, job_changed:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # Each object's memo is a shallow copy of this operator-wide one: created here, the one runtime is
     # shared by the pods' handlers and the jobs' loops.
     config = from_env()
@@ -128,6 +132,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if config.metrics_port:
         metrics.serve(config.metrics_port)
+    runtime.nodes = _watch_nodes(runtime, kwargs["jobs_by_node"])  # Kopf passes indexes by name
     runtime.leadership = leader.from_env()
     if runtime.leadership is None:
         runtime.acting.set()
@@ -143,7 +148,27 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
+    if runtime.nodes is not None:
+        runtime.nodes.stop()
     runtime.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _watch_nodes(runtime: Runtime, jobs_by_node: kopf.Index[str, JobKey]) -> NodeWatch:
+    """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s, the
+    taint manager 300 s): the watch wakes the jobs on it, whose passes judge the node themselves."""
+    loop = asyncio.get_running_loop()
+
+    def wake_jobs_on(node: str) -> None:
+        for namespace, job in set(jobs_by_node.get(node, [])):
+            if memory := runtime.jobs.get((namespace, job)):
+                memory.wakeup.set()
+
+    watch = NodeWatch(
+        on_synced=lambda: loop.call_soon_threadsafe(runtime.nodes_synced.set),
+        on_trouble=lambda node: loop.call_soon_threadsafe(wake_jobs_on, node),
+    )
+    watch.start()
+    return watch
 
 
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -158,12 +183,9 @@ async def pods_by_job(
 async def services_by_job(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[JobKey, dict[str, Any]] | None:
-    return {(namespace, labels[JOB_NAME_LABEL]): dict(body)} if namespace else None
-
-
-@kopf.index("nodes")
-async def nodes_by_name(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-    return {name: node_essentials(body)}
+    service = {k: v for k, v in body.items() if k != "status"}
+    service["metadata"] = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    return {(namespace, labels[JOB_NAME_LABEL]): service} if namespace else None
 
 
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -185,19 +207,6 @@ async def pod_changed(
     _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
 
 
-@kopf.on.event("nodes")
-async def node_changed(type: str, name: str, status: kopf.Status, memo: kopf.Memo, **kwargs: Any) -> None:
-    """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s, the
-    taint manager 300 s): wake the jobs on it, whose passes judge the node themselves."""
-    jobs_by_node: kopf.Index[str, JobKey] = kwargs["jobs_by_node"]  # Kopf passes indexes by name
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-    if type == "DELETED" or not ready:
-        for namespace, job in set(jobs_by_node.get(name, [])):
-            _wake(memo, namespace, job)
-
-
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, namespace, name, job_changed=True)
@@ -217,6 +226,7 @@ async def run_job(
     key = (namespace, name)
     job = runtime.jobs.setdefault(key, JobMemory())
     try:
+        await runtime.nodes_synced.wait()  # until then an absent node could be a deleted one
         while not stopped:
             await runtime.acting.wait()  # a standby replica (on stop, Kopf cancels the daemon)
             job.wakeup.clear()
@@ -240,10 +250,10 @@ async def reconcile_once(
         return None
     now = datetime.now(UTC)
     children = _children(key, job["metadata"]["uid"], memory, indexes, now)
-    names = nodes_to_judge(children)
-    nodes_index: kopf.Index[str, dict[str, Any]] = indexes["nodes_by_name"]
-    cached = [node for n in names for node in nodes_index.get(n, [])]
-    unknown = [n for n in names if n not in nodes_index]
+    assert runtime.nodes is not None, "the node watch starts with the operator"
+    known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}
+    cached = [node for node in known.values() if node is not None]
+    unknown = [name for name, node in known.items() if node is None]
     try:
         async with runtime.passes:
             plan, done, fresh = await asyncio.get_running_loop().run_in_executor(

@@ -132,8 +132,12 @@ POD_METADATA: Final = (
 )  # fmt: skip
 
 
+POD_CONDITIONS: Final = frozenset({"Ready", "PodScheduled", "DisruptionTarget"})
+POD_CONDITION_FIELDS: Final = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
 def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -142,7 +146,18 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
             "nodeName": spec.get("nodeName"),
             "containers": [{"name": c.get("name")} for c in spec.get("containers") or []],
         },
-        "status": dict(pod.get("status") or {}),
+        "status": {
+            **{k: status[k] for k in ("phase", "reason", "message") if k in status},
+            "conditions": [
+                {k: c[k] for k in POD_CONDITION_FIELDS if k in c}
+                for c in status.get("conditions") or []
+                if c.get("type") in POD_CONDITIONS
+            ],
+            "containerStatuses": [
+                {k: c[k] for k in ("name", "image", "state") if k in c}
+                for c in status.get("containerStatuses") or []
+            ],
+        },
     }
 
 
@@ -152,7 +167,13 @@ def node_essentials(node: Mapping[str, Any]) -> dict[str, Any]:
     conditions = (node.get("status") or {}).get("conditions") or []
     return {
         "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
-        "status": {"conditions": [dict(c) for c in conditions if c.get("type") == "Ready"]},
+        "status": {
+            "conditions": [
+                {k: c[k] for k in POD_CONDITION_FIELDS if k in c}
+                for c in conditions
+                if c.get("type") == "Ready"
+            ]
+        },
     }
 
 
