@@ -246,6 +246,8 @@ async def reconcile_once(
     something does)."""
     start = time.monotonic()
     job = _freshest(dict(body), memory.written)
+    if job is not memory.written:
+        memory.written = None  # the watch caught up: keep one copy of the job, not two
     if job["metadata"].get("deletionTimestamp"):
         return None
     now = datetime.now(UTC)
