@@ -53,9 +53,10 @@ RESYNC_SECONDS: Final = 300.0
 # Back-off after a failed pass: 0.5 s doubling up to 5 minutes, each wait drawn from [50%, 100%] of it.
 BACKOFF_BASE_SECONDS: Final = 0.5
 BACKOFF_MAX_SECONDS: Final = 300.0
-# The pods a pass created that the pod watch has not delivered after this long are forgotten (created
-# and deleted again before the watch caught up): the pod watch is the truth then.
-CREATED_MEMORY: Final = timedelta(seconds=60)
+# The pods a pass created that the pod watch has not delivered after this long are forgotten (its events
+# came before the pass recorded them, or the pod went again): the pod watch is the truth then. Watch lag
+# is milliseconds; a stale entry would hold a restarting gang back for this long.
+CREATED_MEMORY: Final = timedelta(seconds=10)
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,8 @@ async def reconcile_once(
     finally:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
     memory.failures = 0
+    for deleted in plan.delete:  # a pod deleted must not live on here until its watch event comes
+        memory.created.pop(deleted.uid or "", None)
     for pod in done.created:
         memory.created[pod["metadata"]["uid"]] = (now, pod_essentials(pod))
     if done.job is not None or fresh is not None:
