@@ -5,7 +5,13 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 
 - Labels: the template's, then the operator's (job name/uid, role, index, attempt) which win.
   Annotations: the NCCL profile's, then the template's, which win.
-- The container named "trainer", else the first one, receives env, ports, mounts and GPU resources.
+- The container named "trainer", else the first one, receives env, ports, mounts and GPU resources,
+  and terminationMessagePolicy FallbackToLogsOnError unless the template sets one: a trainer that
+  crashes without writing a termination message gets its last log lines there instead, and restart
+  Events and the status quote them.
+- With checkpoint.volume, the pod's securityContext.fsGroup is 1000 (the user the trainer images run
+  as) unless the template sets one: the kubelet then makes a fresh, root-owned volume writable by the
+  trainer. NFS and Filestore volumes are not changed: see "Checkpoint volumes" in fault-tolerance.md.
 - Env is merged by name. Injected variables come first, in this order: DTJ_JOB_NAME, DTJ_ROLE,
   DTJ_REPLICA_INDEX, DTJ_ATTEMPT, DTJ_CHECKPOINT_DIR; the framework's rendezvous variables (PyTorch:
   MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, LOCAL_RANK, PET_NNODES, PET_NPROC_PER_NODE,
@@ -30,6 +36,7 @@ from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
 from dtjob.names import TRAINER_CONTAINER, JobRef, job_labels, pod_labels, selector_labels, service_name
 from dtjob.nccl import nccl_env, profile
+from dtjob.preflight import preflight_container
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 ACCELERATOR_NODE_LABEL: Final = "cloud.google.com/gke-accelerator"
@@ -43,6 +50,12 @@ SPOT_TOLERATION: Final = {
 }
 SHM_VOLUME: Final = "dtj-shm"
 CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
+# A container that fails without writing a termination message gets the tail of its log there instead
+# (at most 80 lines, 2 KiB), which restart Events and the status quote. One the trainer writes is kept.
+TERMINATION_MESSAGE_POLICY: Final = "FallbackToLogsOnError"
+# The uid (and gid) the trainer images run as: `USER 1000:1000` in trainer-images/torch/Dockerfile and
+# trainer-images/tensorflow/Dockerfile. As fsGroup, the group the kubelet gives a fresh volume to.
+TRAINER_IMAGE_UID: Final = 1000
 
 
 def render_children(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
@@ -79,6 +92,8 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
     pod_spec: dict[str, Any] = template["spec"]
     pod_spec.update(hostname=member.pod, subdomain=service_name(gang.job.name), restartPolicy="Never")
     container = trainer_container(pod_spec)
+    if container.get("terminationMessagePolicy") is None:
+        container["terminationMessagePolicy"] = TERMINATION_MESSAGE_POLICY
     gpu_role = member.role in GPU_ROLES
 
     container["env"] = merge_env(_injected_env(gang, member, gpu_role), container.get("env") or [])
@@ -94,6 +109,7 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
         _add_volume(
             pod_spec, container, {"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume}, spec.checkpoint.path
         )
+        _default_fs_group(pod_spec)
 
     annotations: dict[str, str] = {}
     if gpu_role and spec.accelerator is not None:
@@ -103,6 +119,8 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
         _merge_by(pod_spec, "volumes", "name", network.volumes)
         _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
         _merge_by(pod_spec, "initContainers", "name", network.sidecars)
+    if spec.nccl.preflight.enabled:  # last: after the network's sidecars, on the fully wired trainer
+        _merge_by(pod_spec, "initContainers", "name", [preflight_container(spec, container)])
 
     annotations.update(template_meta.get("annotations") or {})
     labels = {
@@ -175,6 +193,14 @@ def _wire_accelerator(
     resources = container["resources"] = dict(container.get("resources") or {})
     for kind in ("limits", "requests"):
         resources[kind] = {**(resources.get(kind) or {}), GPU_RESOURCE: str(spec.accelerator.count)}
+
+
+def _default_fs_group(pod_spec: dict[str, Any]) -> None:
+    """A fresh PVC is root-owned and the trainer is not root: fsGroup has the kubelet hand the volume to
+    the trainer's group. The template's own fsGroup, and the rest of its securityContext, are kept."""
+    security = pod_spec["securityContext"] = pod_spec.get("securityContext") or {}
+    if security.get("fsGroup") is None:
+        security["fsGroup"] = TRAINER_IMAGE_UID
 
 
 def _add_port(container: dict[str, Any], name: str, number: int) -> None:

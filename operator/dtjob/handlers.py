@@ -35,8 +35,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import kopf
-from kubernetes.client import ApiException
-from pydantic import ValidationError
 
 from dtjob import metrics
 from dtjob.api import GROUP, PLURAL, VERSION
@@ -44,7 +42,7 @@ from dtjob.kube import io, leader
 from dtjob.kube.nodes import NodeWatch
 from dtjob.names import JOB_NAME_LABEL
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
-from dtjob.plan import Plan, reconcile
+from dtjob.plan import Plan, reconcile, refused_pods
 from dtjob.settings import OperatorSettings, from_env
 
 # A safety net only: every input reaches a pass through the watches, and every time-based check through
@@ -61,6 +59,8 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
+Created = dict[str, tuple[datetime, dict[str, Any]]]
+"""The pods a pass created that the pod watch had not delivered, by uid, with when they were created."""
 
 
 @dataclass
@@ -73,8 +73,8 @@ class JobMemory:
     """The job itself changed: this alone cuts a back-off short (the user may have fixed the spec)."""
     written: dict[str, Any] | None = None
     """The job as this operator last wrote or read it, newer than the watch's copy until that catches up."""
-    created: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
-    """Pods this operator created that the pod watch has not delivered yet, by uid."""
+    created: Created = field(default_factory=dict)
+    """Pods this operator created that the pod watch has not delivered yet."""
     failures: int = 0
 
 
@@ -172,21 +172,35 @@ def _watch_nodes(runtime: Runtime, jobs_by_node: kopf.Index[str, JobKey]) -> Nod
     return watch
 
 
+@dataclass(frozen=True)
+class Watched:
+    """The watch caches a pass reads a job's children from: Kopf's indexes, by job."""
+
+    pods: kopf.Index[JobKey, str]
+    services: kopf.Index[JobKey, str]
+
+
+def _compact(obj: Mapping[str, Any]) -> str:
+    """The cached objects are kept as compact JSON: a fifth of the memory of the dicts at 8,000 pods,
+    and a pass parses only its own job's few."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
 async def pods_by_job(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[JobKey, dict[str, Any]] | None:
+) -> dict[JobKey, str] | None:
     """Each job's pods, as much of them as a pass reads."""
-    return {(namespace, labels[JOB_NAME_LABEL]): pod_essentials(body)} if namespace else None
+    return {(namespace, labels[JOB_NAME_LABEL]): _compact(pod_essentials(body))} if namespace else None
 
 
 @kopf.index("services", labels={JOB_NAME_LABEL: kopf.PRESENT})
 async def services_by_job(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[JobKey, dict[str, Any]] | None:
+) -> dict[JobKey, str] | None:
     service = {k: v for k, v in body.items() if k != "status"}
     service["metadata"] = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
-    return {(namespace, labels[JOB_NAME_LABEL]): service} if namespace else None
+    return {(namespace, labels[JOB_NAME_LABEL]): _compact(service)} if namespace else None
 
 
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -226,13 +240,14 @@ async def run_job(
     runtime = _runtime(memo)
     key = (namespace, name)
     job = runtime.jobs.setdefault(key, JobMemory())
+    watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"])  # Kopf passes indexes by name
     try:
         await runtime.nodes_synced.wait()  # until then an absent node could be a deleted one
         while not stopped:
             await runtime.acting.wait()  # a standby replica (on stop, Kopf cancels the daemon)
             job.wakeup.clear()
             job.job_changed.clear()
-            delay = await reconcile_once(runtime, key, job, body, kwargs)
+            delay = await reconcile_once(runtime, key, job, body, watched)
             waker = job.job_changed if job.failures else job.wakeup  # a back-off ignores the pods' news
             await _sleep(waker, stopped, delay)
     finally:
@@ -241,7 +256,7 @@ async def run_job(
 
 
 async def reconcile_once(
-    runtime: Runtime, key: JobKey, memory: JobMemory, body: kopf.Body, indexes: Mapping[str, Any]
+    runtime: Runtime, key: JobKey, memory: JobMemory, body: kopf.Body, watched: Watched
 ) -> float | None:
     """One pass; how long to wait before the next unless something wakes the loop earlier (None: until
     something does)."""
@@ -252,7 +267,9 @@ async def reconcile_once(
     if job["metadata"].get("deletionTimestamp"):
         return None
     now = datetime.now(UTC)
-    children = _children(key, job["metadata"]["uid"], memory, indexes, now)
+    pods = [json.loads(pod) for pod in watched.pods.get(key, [])]
+    services = [json.loads(service) for service in watched.services.get(key, [])]
+    children = _children(job["metadata"]["uid"], services, pods, memory.created, now)
     assert runtime.nodes is not None, "the node watch starts with the operator"
     known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
@@ -267,7 +284,7 @@ async def reconcile_once(
         metrics.RECONCILE_ERRORS.inc()
         delay = _backoff(memory.failures)
         what = "reconcile of %s/%s failed (%d in a row); retrying in %.1fs"
-        if (refusal := _refusal(err)) is not None:  # it names the field; a traceback adds nothing
+        if (refusal := io.refusal(err)) is not None:  # it names the field; a traceback adds nothing
             log.warning(what + ": %s", *key, memory.failures, delay, refusal)
         else:
             log.exception(what, *key, memory.failures, delay)
@@ -277,8 +294,9 @@ async def reconcile_once(
     memory.failures = 0
     for deleted in plan.delete:  # a pod deleted must not live on here until its watch event comes
         memory.created.pop(deleted.uid or "", None)
-    for pod in done.created:
-        memory.created[pod["metadata"]["uid"]] = (now, pod_essentials(pod))
+    if done.created:  # the watch may have delivered some while the pass ran
+        watched_now = [json.loads(pod) for pod in watched.pods.get(key, [])]
+        _remember_created(memory.created, done.created, watched_now, now)
     if done.job is not None or fresh is not None:
         memory.written = done.job or fresh
     if done.conflict:
@@ -297,7 +315,11 @@ def _pass(
     # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
     nodes = cached_nodes + io.read_nodes(unknown_nodes)
     plan = reconcile(job, children, now, nodes)
-    done = io.execute(job, plan)
+    try:
+        done = io.execute(job, plan)
+    except io.Refused as refused:  # the spec cannot work: say so on the job instead of retrying
+        plan = refused_pods(job, str(refused), now)
+        done = io.execute(job, plan)
     if done.conflict:
         return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"])
     metrics.record_pass(job, plan.status, now)
@@ -305,18 +327,30 @@ def _pass(
 
 
 def _children(
-    key: JobKey, uid: str, memory: JobMemory, indexes: Mapping[str, Any], now: datetime
+    uid: str,
+    services: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    created: Created,
+    now: datetime,
 ) -> list[dict[str, Any]]:
-    """The job's Service and pods from the watch caches, and the pods it created that they lack yet."""
-    services = list(indexes["services_by_job"].get(key, []))
-    pods = list(indexes["pods_by_job"].get(key, []))
-    seen = {p["metadata"]["uid"] for p in pods}
-    for pod_uid, (created_at, pod) in list(memory.created.items()):
+    """The job's Service and pods as watched, and the pods it created that the watch lacks yet; forgets
+    the created pods the watch has now and those it has not delivered after CREATED_MEMORY."""
+    seen = {pod["metadata"]["uid"] for pod in pods}
+    for pod_uid, (created_at, _) in list(created.items()):
         if pod_uid in seen or now - created_at > CREATED_MEMORY:
-            memory.created.pop(pod_uid, None)
-        else:
-            pods.append(pod)
-    return [c for c in [*services, *pods] if owned_by(c, uid)]
+            del created[pod_uid]
+    pending = [pod for _, pod in created.values()]
+    return [child for child in [*services, *pods, *pending] if owned_by(child, uid)]
+
+
+def _remember_created(
+    created: Created, new: list[dict[str, Any]], watched: list[dict[str, Any]], now: datetime
+) -> None:
+    """Remember the pods a pass created, unless the watch has delivered them already."""
+    seen = {pod["metadata"]["uid"] for pod in watched}
+    for pod in new:
+        if pod["metadata"]["uid"] not in seen:
+            created[pod["metadata"]["uid"]] = (now, pod_essentials(pod))
 
 
 async def _sleep(waker: asyncio.Event, stopped: kopf.DaemonStopped, delay: float | None) -> None:
@@ -350,20 +384,6 @@ def _next_pass_in(plan: Plan, job: Mapping[str, Any]) -> float | None:
     if (job.get("status") or {}).get("phase") in FINISHED_PHASES:
         return None  # a finished job costs nothing: only its TTL (a requeue_after) or an event wakes it
     return RESYNC_SECONDS
-
-
-def _refusal(err: Exception) -> str | None:
-    """What refused a write, in the refuser's words: the apiserver (its message names the field), or the
-    client's own check of an object against the Kubernetes schema. None for anything else (a bug)."""
-    if isinstance(err, ApiException):
-        try:
-            return f"{err.status} {json.loads(err.body or '')['message']}"
-        except (TypeError, ValueError, KeyError):
-            return f"{err.status} {err.reason}"
-    if isinstance(err, ValidationError):
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        return f"refused by the Kubernetes client's schema check: {problems}"
-    return None
 
 
 def _backoff(failures: int) -> float:

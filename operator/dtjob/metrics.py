@@ -33,6 +33,12 @@ RECONCILE_SECONDS = Histogram(
     "Duration of one reconcile pass of one job (read, decide, apply, write status).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+PREFLIGHT_BUS_BANDWIDTH = Histogram(
+    "dtjob_preflight_bus_bandwidth_gbps",
+    "All-reduce busbw the NCCL preflight measured before an attempt trained, GB/s, by transport and result.",
+    ["namespace", "transport", "result"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 400),
+)
 RECONCILE_ERRORS = Counter("dtjob_reconcile_errors_total", "Reconcile passes that raised an error.")
 
 
@@ -77,6 +83,12 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
     if old.get("phase") != "Running" and new.get("phase") == "Running" and int(new.get("attempt", 1)) == 1:
         created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
         STARTUP_SECONDS.labels(namespace, framework).observe(max(0.0, (now - created).total_seconds()))
+    if (preflight := new.get("preflight")) and preflight != old.get("preflight"):
+        result = "passed" if preflight.get("passed") else "failed"
+        transport = str(preflight.get("transport") or "unknown")
+        PREFLIGHT_BUS_BANDWIDTH.labels(namespace, transport, result).observe(
+            float(preflight.get("busBandwidthGbps") or 0.0)
+        )
     old_restarts, new_restarts = old.get("restarts") or {}, new.get("restarts") or {}
     for key, reason in (("failures", "failure"), ("preemptions", "preemption")):
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:

@@ -26,6 +26,15 @@ class NetworkProfile:
     trainer_mounts: tuple[Mapping[str, Any], ...] = ()
     # Native sidecars (init containers with restartPolicy Always): they stop when the trainer exits.
     sidecars: tuple[Mapping[str, Any], ...] = ()
+    transport: str | None = None
+    """The network NCCL uses under this profile, as its INFO log names it ("Using network <name>"): the
+    net plugin's name. The preflight fails when NCCL used TCP sockets (Socket) instead."""
+    preflight_floor_gbps: float | None = None
+    """The preflight's default floor for all-reduce busbw at its largest size (64 MiB), GB/s: an order of
+    magnitude above what NCCL over TCP sockets reaches on these machines (a few GB/s), well below what
+    each fabric reaches. Published 2-node all-reduce busbw at large sizes: A3 High TCPX ~40 GB/s, A3 Mega
+    TCPXO ~188 GB/s, A3 Ultra/A4 RDMA ~330-350 GB/s (nccl-tests figures in
+    shared/reference/platform-facts.md, read 2026-11-23)."""
 
 
 AUTO_PROFILES: Final = {
@@ -110,6 +119,8 @@ GPUDIRECT_TCPX: Final = NetworkProfile(
             "volumeMounts": [*_DAEMON_MOUNTS, _TCPX_SOCKET_MOUNT],
         },
     ),
+    transport="GPUDirectTCPX",
+    preflight_floor_gbps=10.0,
 )
 
 _TCPXO_LIBS = "/usr/local/nvidia/lib64"
@@ -167,6 +178,8 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
             "volumeMounts": list(_DAEMON_MOUNTS),
         },
     ),
+    transport="FasTrak",
+    preflight_floor_gbps=20.0,
 )
 
 RDMA: Final = NetworkProfile(
@@ -178,6 +191,8 @@ RDMA: Final = NetworkProfile(
     annotations=_interfaces(["gvnic-1", *(f"rdma-{i}" for i in range(8))]),
     volumes=(_host_path("dtj-gib", "/home/kubernetes/bin/gib"),),
     trainer_mounts=({"name": "dtj-gib", "mountPath": "/usr/local/gib"},),
+    transport="gIB",
+    preflight_floor_gbps=30.0,
 )
 
 PROFILES: Final = {

@@ -9,6 +9,7 @@ Terminating) made against `now`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from typing import Any, Final
 
 from dtjob.api import Role, parse_timestamp
 from dtjob.names import ATTEMPT_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, TRAINER_CONTAINER
+from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
 
 
 class PodState(StrEnum):
@@ -58,6 +60,20 @@ FINAL_IMAGE_ERRORS: Final = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 IMAGE_ERRORS: Final = RETRIED_IMAGE_ERRORS | FINAL_IMAGE_ERRORS
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 NEVER: Final = datetime.min.replace(tzinfo=UTC)
+# Node taints that say the node is going away: GKE's ahead of a Spot/maintenance termination, the node
+# lifecycle controller's, the out-of-service taint of a node shut down for good, the cluster autoscaler's.
+DISRUPTION_TAINTS: Final = frozenset(
+    {
+        "cloud.google.com/impending-node-termination",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/out-of-service",
+        "ToBeDeletedByClusterAutoscaler",
+    }
+)
+# The trainer runtime's termination message reason for "stopped on SIGTERM, checkpoint saved" (torchrun
+# exits 1 after its workers wrote it and exited 200; see docs/trainer-runtime.md).
+PREEMPTED_CHECKPOINT_SAVED: Final = "PreemptedCheckpointSaved"
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,11 @@ class PodView:
     """Terminating past its grace period on a lost node: no kubelet will ever finish it (force-delete)."""
     recheck_at: datetime | None = None
     """When time alone may change this view (a grace running out); None when nothing is pending."""
+    preflight: Mapping[str, Any] | None = field(default=None, compare=False)
+    """The figures of its NCCL preflight (dtjob.preflight), once that init container ended with them."""
+    disruption: str = ""
+    """Why Kubernetes seems to be taking a pod away that has not ended as disrupted (yet): a
+    DisruptionTarget condition, or its node NotReady, gone or tainted to go. Empty when nothing says so."""
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -90,6 +111,8 @@ class NodeView:
     not_ready_since: datetime | None
     """When the Ready condition last left True; None while the node is Ready."""
     not_ready_reason: str = ""
+    going_away: str = ""
+    """A taint of DISRUPTION_TAINTS the node carries, if any."""
 
 
 @dataclass(frozen=True)
@@ -157,16 +180,23 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
                 {k: c[k] for k in ("name", "image", "state") if k in c}
                 for c in status.get("containerStatuses") or []
             ],
+            "initContainerStatuses": [
+                {k: c[k] for k in ("name", "image", "state") if k in c}
+                for c in status.get("initContainerStatuses") or []
+                if c.get("name") == PREFLIGHT_CONTAINER
+            ],
         },
     }
 
 
 def node_essentials(node: Mapping[str, Any]) -> dict[str, Any]:
-    """What `node_view` reads: the name, the creation time and the Ready condition."""
+    """What `node_view` reads: the name, the creation time, the Ready condition and disruption taints."""
     meta = node.get("metadata") or {}
     conditions = (node.get("status") or {}).get("conditions") or []
+    taints = (node.get("spec") or {}).get("taints") or []
     return {
         "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "spec": {"taints": [{"key": t.get("key")} for t in taints if t.get("key") in DISRUPTION_TAINTS]},
         "status": {
             "conditions": [
                 {k: c[k] for k in POD_CONDITION_FIELDS if k in c}
@@ -206,13 +236,15 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     conditions = (node.get("status") or {}).get("conditions") or []
     ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     name = str((node.get("metadata") or {}).get("name", ""))
+    taints = ((node.get("spec") or {}).get("taints")) or []
+    going_away = next((str(t["key"]) for t in taints if t.get("key") in DISRUPTION_TAINTS), "")
     if ready.get("status") == "True":
-        return NodeView(name, None)
+        return NodeView(name, None, going_away=going_away)
     since = ready.get("lastTransitionTime")
     # A node that never reported Ready is as lost as one that stopped: count from its creation.
     since = since or (node.get("metadata") or {}).get("creationTimestamp")
     reason = f"Ready={ready.get('status', 'Unknown')}: {ready.get('message') or ready.get('reason', '')}"
-    return NodeView(name, parse_timestamp(since) if since else NEVER, reason.rstrip(": "))
+    return NodeView(name, parse_timestamp(since) if since else NEVER, reason.rstrip(": "), going_away)
 
 
 @dataclass(frozen=True)
@@ -277,8 +309,21 @@ def _ended(facts: _Facts) -> Classification | None:
         )
     if facts.phase == "Failed":
         reason = str(terminated.get("reason") or facts.reason or "Failed")
-        return PodState.FAILED, reason, str(terminated.get("message") or facts.message)
+        message = str(terminated.get("message") or facts.message)
+        return PodState.FAILED, *_trainer_outcome(reason, message)
     return None
+
+
+def _trainer_outcome(reason: str, message: str) -> tuple[str, str]:
+    """The trainer runtime writes its outcome as JSON ({"reason": ..., "message": ...}) into the
+    termination message: its reason and message then say more than the container's "Error"."""
+    try:
+        outcome = json.loads(message)
+    except ValueError:
+        return reason, message
+    if isinstance(outcome, dict) and isinstance(outcome.get("reason"), str):
+        return outcome["reason"], str(outcome.get("message", ""))
+    return reason, message
 
 
 def _live(facts: _Facts) -> Classification | None:
@@ -303,7 +348,8 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
     labels = meta.get("labels") or {}
     node = spec.get("nodeName")
     conditions = {str(c.get("type")): c for c in status.get("conditions") or []}
-    trainer = _trainer_status(spec, status)
+    preflight = _preflight_status(status)
+    trainer = _trainer_status(spec, status, preflight)
     created = _time(meta.get("creationTimestamp"))
     deletion_due = _time(meta.get("deletionTimestamp"))
     node_lost, node_lost_at = _node_verdict(node, nodes, now) if _node_matters(pod) else (None, None)
@@ -342,9 +388,28 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         stuck=stuck_at is not None and now >= stuck_at,
         recheck_at=min((t for t in (node_lost_at, image_error_at, stuck_at) if t and t > now), default=None),
+        disruption=_disruption(conditions, node, nodes) if _node_matters(pod) else "",
+        preflight=result_of(str(((preflight.get("state") or {}).get("terminated") or {}).get("message", ""))),
         labels=labels,
         annotations=meta.get("annotations") or {},
     )
+
+
+def _disruption(
+    conditions: Mapping[str, Mapping[str, Any]], node: str | None, nodes: Mapping[str, NodeView] | None
+) -> str:
+    """What says Kubernetes is taking a live pod away, before anything final does (see PodView)."""
+    target = conditions.get("DisruptionTarget", {})
+    if target.get("status") == "True" and target.get("reason") in DISRUPTION_REASONS:
+        return f"DisruptionTarget {target['reason']}: {target.get('message', '')}".rstrip(": ")
+    if not node or nodes is None:
+        return ""
+    view = nodes.get(node)
+    if view is None:
+        return f"node {node} no longer exists"
+    if view.not_ready_since is not None:
+        return f"node {node} is not Ready ({view.not_ready_reason})"
+    return f"node {node} has the taint {view.going_away}" if view.going_away else ""
 
 
 def _node_verdict(
@@ -383,8 +448,19 @@ def _image_error_at(
     return scheduled + IMAGE_PULL_GRACE
 
 
-def _trainer_status(spec: Mapping[str, Any], status: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The status of the container that got the wiring: "trainer", else the first declared one."""
+def _preflight_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = status.get("initContainerStatuses") or []
+    return next((s for s in statuses if s.get("name") == PREFLIGHT_CONTAINER), {})
+
+
+def _trainer_status(
+    spec: Mapping[str, Any], status: Mapping[str, Any], preflight: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """The status of the container that got the wiring: "trainer", else the first declared one; or the
+    NCCL preflight's, when it ended the pod before the trainer started (it failed)."""
+    terminated = (preflight.get("state") or {}).get("terminated") or {}
+    if terminated.get("exitCode") not in (None, 0):
+        return preflight
     statuses = {s.get("name"): s for s in status.get("containerStatuses") or []}
     containers = spec.get("containers") or []
     names = [c.get("name") for c in containers]

@@ -16,7 +16,8 @@ status write is the commit point, so an operator stopped anywhere in between nei
 restart.
 
 Nothing here raises on a bad spec: an invalid job gets an Invalid condition and a Warning event, and its
-children are left alone.
+children are left alone. A spec whose pods the apiserver refuses (`refused_pods`) is Invalid too, until
+the spec changes; the part of the gang created before the refusal goes, as it cannot form.
 """
 
 from __future__ import annotations
@@ -39,9 +40,17 @@ from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.observed import ACTIVE_STATES, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
-from dtjob.status import FINISHING, Event, invalid_status, next_status, transition_events
+from dtjob.status import (
+    FINISHING,
+    INVALID_SPEC,
+    POD_REFUSED,
+    Event,
+    invalid_status,
+    next_status,
+    transition_events,
+)
 
-__all__ = ["Delete", "Event", "Plan", "Relabel", "dump_status", "read_status", "reconcile"]
+__all__ = ["Delete", "Event", "Plan", "Relabel", "dump_status", "read_status", "reconcile", "refused_pods"]
 
 # Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
 # current attempt's pods drift back when edited.
@@ -110,6 +119,9 @@ def reconcile(
 
     gang = Gang.of(ref, spec, old.attempt)
     observed = observe(children, now, nodes)
+    if _pods_refused(old, generation):
+        live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
+        return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live])
     decision = decide(spec, old, gang, observed, now)
     new = next_status(old, gang, observed, decision, now, generation)
     deletes = _deletes(decision, gang.attempt, observed, old, spec)
@@ -171,8 +183,33 @@ def dump_status(status: JobStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _invalid(old: JobStatus, message: str, now: datetime, generation: int | None) -> Plan:
-    new = invalid_status(old, message, now, generation)
+def refused_pods(job: Mapping[str, Any], refusal: str, now: datetime) -> Plan:
+    """The plan after the apiserver refused a pod rendered from the job's spec: the job is Invalid, with
+    the apiserver's words (they name the field), until its spec changes."""
+    message = (
+        f"the apiserver refused a pod rendered from this spec: {refusal}. Fix the pod template together "
+        "with spec.runPolicy.suspend: true (the fields that shape pods change only while suspended), then "
+        "resume; or delete the job and create it again"
+    )
+    generation = job["metadata"].get("generation")
+    return _invalid(read_status(job.get("status")), message, now, generation, POD_REFUSED)
+
+
+def _pods_refused(old: JobStatus, generation: int | None) -> bool:
+    """Whether the apiserver refused the pods of this very generation of the spec."""
+    invalid = old.condition(ConditionType.INVALID)
+    return (
+        invalid is not None
+        and invalid.status == "True"
+        and invalid.reason == POD_REFUSED
+        and invalid.observed_generation == generation
+    )
+
+
+def _invalid(
+    old: JobStatus, message: str, now: datetime, generation: int | None, reason: str = INVALID_SPEC
+) -> Plan:
+    new = invalid_status(old, message, now, generation, reason)
     return Plan(status=_changed(old, new), events=transition_events(old, new))
 
 

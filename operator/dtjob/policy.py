@@ -4,6 +4,12 @@ Checks run in a fixed order, each able to end the pass: finished (TTL) -> suspen
 success -> a member that ended abnormally or went missing (restart the gang, or fail) -> scheduling
 timeout -> stale pods of an earlier attempt still present -> missing pods (after the failure backoff) ->
 wait. What an abnormal end means is `fault_of`'s table: preemption, retryable failure, or permanent.
+
+An abnormal end is judged for the whole gang, not pod by pod: on a node shutdown the peers on other
+nodes often crash (the collective broke) before the preempted pod says anything. A break that nothing
+explains yet is watched for runPolicy.failureSettleSeconds while members still run; any member seen
+disrupted meanwhile makes the restart a preemption. An Evaluator is not part of the training cluster:
+its failure restarts nothing (its pod stays for its logs).
 """
 
 from __future__ import annotations
@@ -22,13 +28,27 @@ from dtjob.api import (
     SuccessPolicy,
     parse_timestamp,
 )
-from dtjob.frameworks import Gang
-from dtjob.observed import ENDED_ABNORMALLY, IMAGE_ERRORS, Observed, PodState, PodView
+from dtjob.frameworks import Gang, Member
+from dtjob.observed import (
+    ACTIVE_STATES,
+    ENDED_ABNORMALLY,
+    IMAGE_ERRORS,
+    PREEMPTED_CHECKPOINT_SAVED,
+    Observed,
+    PodState,
+    PodView,
+)
+from dtjob.preflight import FAILED as PREFLIGHT_FAILED
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
 BACKOFF_BASE_SECONDS: Final = 5.0
 BACKOFF_CAP_SECONDS: Final = 300.0
+# What of a pod's termination message goes into an Event and status.lastRestart (an Event's note is
+# limited to 1 KiB in events.k8s.io/v1; the rest of the message says where the pod and its logs are).
+MESSAGE_TAIL_CHARS: Final = 600
+# Roles outside the training cluster: their end neither breaks nor finishes the gang.
+OUTSIDE_THE_GANG: Final = frozenset({Role.EVALUATOR})
 
 
 class Action(StrEnum):
@@ -71,6 +91,9 @@ class Reason(StrEnum):
     BACKING_OFF = "BackingOff"
     CREATING = "Creating"
     IN_PROGRESS = "InProgress"
+    PREFLIGHT_FAILED = "PreflightFailed"
+    SETTLING = "Settling"
+    """A member ended with no disruption in sight: the gang is watched before a failure is charged."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +137,12 @@ def decide(
     if (success := _success(spec, gang, current)) is not None:
         return success
 
+    training = [m for m in gang.members if m.role not in OUTSIDE_THE_GANG]
     ended = [
-        current[m.pod] for m in gang.members if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
+        current[m.pod] for m in training if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
     ]
-    if ended := ended + _vanished(gang, status, current):
-        return _on_abnormal_end(spec, status, ended)
+    if ended := ended + _vanished(training, gang.attempt, status, current):
+        return _on_abnormal_end(spec, status, ended, current, now)
 
     if policy.scheduling_timeout_seconds is not None:
         limit = timedelta(seconds=policy.scheduling_timeout_seconds)
@@ -134,6 +158,7 @@ def decide(
         message = f"waiting for pods of an earlier attempt to go: {names}"
         return Decision(Action.WAIT, Reason.WAITING_FOR_PREVIOUS_ATTEMPT, message, _soonest(timers))
 
+    # An Evaluator that went (or failed and was deleted) is simply created again: nothing depends on it.
     missing = [m.pod for m in gang.members if m.pod not in current]
     if missing:
         if (wait := _backoff_remaining(status, now)) > 0:
@@ -183,42 +208,66 @@ def fault_of(pod: PodView, restart_policy: RestartPolicy) -> tuple[Fault, str]:
 
     A pod lost without a word (deleted, or gone before its end was seen) is a failure, as in a Kubernetes
     Job: an eviction or a lost node says so on the pod (DisruptionTarget, a missing node) and is a
-    preemption; what says nothing may as well be a controller or a person deleting a hung rank.
+    preemption; what says nothing may as well be a controller or a person deleting a hung rank. The
+    trainer's own word that it was stopped by SIGTERM and saved a checkpoint (exit code 200, or its
+    termination message, which torchrun's exit code 1 does not change) is a preemption.
     """
     if pod.state == PodState.PREEMPTED:
         return Fault.PREEMPTION, ""
+    if pod.reason == PREEMPTED_CHECKPOINT_SAVED or pod.exit_code == TRAINER_CHECKPOINT_SAVED_EXIT_CODE:
+        return Fault.PREEMPTION, "the trainer was stopped by SIGTERM and saved a checkpoint"
     if pod.reason in IMAGE_ERRORS:
         return Fault.PERMANENT, "image errors that persist are permanent"
     if restart_policy == RestartPolicy.NEVER:
         return Fault.PERMANENT, "restartPolicy Never"
-    if pod.exit_code == TRAINER_CHECKPOINT_SAVED_EXIT_CODE:
-        return Fault.RETRYABLE, "the trainer saved a checkpoint and stopped on SIGTERM"
     if restart_policy == RestartPolicy.EXIT_CODE and pod.exit_code is not None and 1 <= pod.exit_code <= 127:
         return Fault.PERMANENT, "exit codes 1-127 are permanent under restartPolicy ExitCode"
     return Fault.RETRYABLE, ""
 
 
-def _vanished(gang: Gang, status: JobStatus, current: dict[str, PodView]) -> list[PodView]:
+def _vanished(
+    members: list[Member], attempt: int, status: JobStatus, current: dict[str, PodView]
+) -> list[PodView]:
     """Members missing from an attempt whose pods were all created: lost before their end was seen."""
-    if status.created_attempt != gang.attempt:
+    if status.created_attempt != attempt:
         return []  # still being created: a missing pod is simply created
     message = "the pod is gone before its end was seen (deleted, or removed with its node)"
     return [
-        PodView(name=m.pod, uid="", role=m.role, index=m.index, attempt=gang.attempt,
+        PodView(name=m.pod, uid="", role=m.role, index=m.index, attempt=attempt,
                 state=PodState.LOST, reason="Vanished", message=message)
-        for m in gang.members if m.pod not in current
+        for m in members if m.pod not in current
     ]  # fmt: skip
 
 
-def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended: list[PodView]) -> Decision:
+def _on_abnormal_end(
+    spec: DistributedTrainingJobSpec,
+    status: JobStatus,
+    ended: list[PodView],
+    current: dict[str, PodView],
+    now: datetime,
+) -> Decision:
     """A gang cannot lose a member: restart it whole, or fail. A preemption explains its peers' failures
-    (they lose a rank and crash), so any preemption makes the restart a preemption; among failures, a
-    permanent one is the root cause (its peers were killed or timed out after it)."""
+    (they lose a rank and crash), so any preemption makes the restart a preemption, and so does a member
+    seen being disrupted before the settle window is over; among failures, a permanent one is the root
+    cause (its peers were killed or timed out after it)."""
     policy = spec.run_policy
     faults = [(pod, *fault_of(pod, policy.restart_policy)) for pod in ended]
-    preempted = [pod for pod, fault, _ in faults if fault == Fault.PREEMPTION]
-    if preempted:
-        cause = _describe(preempted[0])
+    # A member deleted without a word stops its peers as a preemption would (on SIGTERM they save and
+    # exit 200): then only Kubernetes' own word makes it a preemption, not the trainers'.
+    deleted = any(pod.state == PodState.LOST for pod in ended)
+    preempted = [
+        (pod, note)
+        for pod, fault, note in faults
+        if fault == Fault.PREEMPTION and (pod.state == PodState.PREEMPTED or not deleted)
+    ]
+    disrupted = [pod for pod in current.values() if pod.disruption and pod.state in ACTIVE_STATES]
+    if preempted or disrupted:
+        if preempted:
+            cause = _describe(preempted[0][0]) + (f" ({preempted[0][1]})" if preempted[0][1] else "")
+        else:
+            cause = f"pod {disrupted[0].name} is being taken away ({disrupted[0].disruption}); " + (
+                f"its peers ended after it: {_describe(ended[0])}"
+            )
         if status.restarts.preemptions >= policy.max_preemptions:
             return Decision(
                 Action.FAIL,
@@ -227,8 +276,18 @@ def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended:
             )
         return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
 
+    if preflight := next((pod for pod in ended if pod.reason == PREFLIGHT_FAILED), None):
+        # The network, not the code: failing fast beats restarting onto the same fabric (and is not
+        # charged to backoffLimit).
+        return Decision(Action.FAIL, Reason.PREFLIGHT_FAILED, _describe(preflight))
     failed, fault, note = next((f for f in faults if f[1] == Fault.PERMANENT), faults[0])
     cause = _describe(failed) + (f" ({note})" if note else "")
+    if (settling := _settling(policy.failure_settle_seconds, status, ended, current, now)) is not None:
+        message = (
+            f"{cause}; watching the gang for a disruption for up to {policy.failure_settle_seconds}s "
+            "before charging a failure"
+        )
+        return Decision(Action.WAIT, Reason.SETTLING, message, settling)
     if fault == Fault.PERMANENT:
         return Decision(Action.FAIL, Reason.POD_FAILED, cause)
     if status.restarts.failures >= policy.backoff_limit:
@@ -242,14 +301,44 @@ def _on_abnormal_end(spec: DistributedTrainingJobSpec, status: JobStatus, ended:
     )
 
 
+def _settling(
+    settle_seconds: int,
+    status: JobStatus,
+    ended: list[PodView],
+    current: dict[str, PodView],
+    now: datetime,
+) -> float | None:
+    """Seconds left to watch a broken gang before charging a failure; None when the charge is due now:
+    the window is over, no member still runs (nothing more will be said), or the only ends are image
+    errors (a pod that never ran breaks no collective)."""
+    if not any(pod.state in ACTIVE_STATES for pod in current.values()):
+        return None
+    if all(pod.reason in IMAGE_ERRORS for pod in ended):
+        return None
+    since = parse_timestamp(status.broken_since) if status.broken_since else now
+    left = (since + timedelta(seconds=settle_seconds) - now).total_seconds()
+    return left if left > 0 else None
+
+
 def _describe(pod: PodView) -> str:
+    """The pod, how it ended and the end of what it said (its termination message: with
+    FallbackToLogsOnError, a crashed trainer's last log lines)."""
     parts = [f"pod {pod.name}: {pod.reason or pod.state}"]
     if pod.exit_code is not None:
         parts.append(f"exit code {pod.exit_code}")
     if pod.node:
         parts.append(f"on node {pod.node}")
     text = " ".join(parts[:1]) + (", " + ", ".join(parts[1:]) if parts[1:] else "")
-    return f"{text}: {pod.message}" if pod.message else text
+    return f"{text}: {tail(pod.message)}" if pod.message.strip() else text
+
+
+def tail(text: str, limit: int = MESSAGE_TAIL_CHARS) -> str:
+    """The last lines of `text` that fit in `limit` characters (a Python traceback ends with the error)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    return "..." + (cut[cut.index("\n") :] if "\n" in cut else cut)
 
 
 def _soonest(timers: list[float]) -> float | None:

@@ -17,23 +17,36 @@ from dtjob.api import (
     JobStatus,
     LastRestart,
     Phase,
+    PreflightResult,
     ReplicaStatus,
     Restarts,
     Role,
     timestamp,
 )
+from dtjob.api.semantics import checkpoint_warnings
 from dtjob.frameworks import Gang
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
 from dtjob.policy import Action, Decision, Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 WARNING_CONDITIONS: Final = frozenset(
-    {ConditionType.FAILED, ConditionType.INVALID, ConditionType.UNSCHEDULABLE}
+    {
+        ConditionType.FAILED,
+        ConditionType.INVALID,
+        ConditionType.UNSCHEDULABLE,
+        ConditionType.CHECKPOINT_NOT_SHARED,
+    }
 )
 # Conditions whose return to False is news of its own (the others go False as a side effect of another event).
 NEWSWORTHY_FALSE: Final = frozenset({ConditionType.SUSPENDED, ConditionType.INVALID})
 FINISHING: Final = {Action.COMPLETE: ConditionType.SUCCEEDED, Action.FAIL: ConditionType.FAILED,
                     Action.DEADLINE_EXCEEDED: ConditionType.FAILED}  # fmt: skip
+
+
+# Reasons of the Invalid condition: the spec breaks a rule the operator checks, or the apiserver refused
+# a pod rendered from it (a field of the pod template only the apiserver validates).
+INVALID_SPEC: Final = "InvalidSpec"
+POD_REFUSED: Final = "PodRefused"
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,14 @@ def next_status(
     action = decision.action
     conditions = _Conditions(old.conditions, now, generation)
     conditions.set(ConditionType.INVALID, "False", "ValidSpec", "the spec is valid")
+    if warnings := checkpoint_warnings(gang.spec):
+        conditions.set(
+            ConditionType.CHECKPOINT_NOT_SHARED, "True", "CheckpointNotShared", "\n".join(warnings)
+        )
+    else:
+        conditions.set(
+            ConditionType.CHECKPOINT_NOT_SHARED, "False", "CheckpointShared", "checkpoints are shared"
+        )
     attempt, restarts, last_restart = old.attempt, old.restarts, old.last_restart
     start_time, completion_time = old.start_time, old.completion_time
     resumed = old.is_true(ConditionType.SUSPENDED) and action != Action.SUSPEND
@@ -101,6 +122,10 @@ def next_status(
             ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
         )
         conditions.set(ConditionType.RUNNING, "False", "Restarting", decision.message)
+    if decision.reason == Reason.SETTLING:
+        conditions.set(ConditionType.RESTARTING, "True", decision.reason, decision.message)
+        conditions.set(ConditionType.RUNNING, "False", "MemberEnded", decision.message)
+    broken_since = (old.broken_since or timestamp(now)) if decision.reason == Reason.SETTLING else None
     current = observed.of_attempt(attempt)
     present = {p.name for p in current}
     # From here on a missing pod of this attempt is a lost member, not one still to create. All present
@@ -139,6 +164,7 @@ def next_status(
         live = () if action == Action.SUSPEND else current
         _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
 
+    preflight = _preflight(old.preflight, current, attempt)
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(
         phase=_phase(conditions),
@@ -151,15 +177,19 @@ def next_status(
         created_attempt=created_attempt,
         restarts=restarts,
         last_restart=last_restart,
+        preflight=preflight,
+        broken_since=broken_since,
         start_time=start_time,
         completion_time=completion_time,
         observed_generation=generation,
     )
 
 
-def invalid_status(old: JobStatus, message: str, now: datetime, generation: int | None) -> JobStatus:
+def invalid_status(
+    old: JobStatus, message: str, now: datetime, generation: int | None, reason: str = INVALID_SPEC
+) -> JobStatus:
     conditions = _Conditions(old.conditions, now, generation)
-    conditions.set(ConditionType.INVALID, "True", "InvalidSpec", message)
+    conditions.set(ConditionType.INVALID, "True", reason, message)
     return old.model_copy(
         update={
             "conditions": conditions.items,
@@ -174,12 +204,19 @@ def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
     becoming True, or Suspended/Invalid becoming False."""
     before = {c.type: c.status for c in old.conditions}
     events: list[Event] = []
+    if new.preflight is not None and new.preflight != old.preflight and new.preflight.passed:
+        # A failed one is told by the Failed condition's Event, with the same figures.
+        events.append(Event("Normal", "PreflightPassed", f"attempt {new.attempt}: {new.preflight.message}"))
     if new.restarts.total > old.restarts.total and new.last_restart is not None:
         # Even while Restarting is already True (the new gang was preempted before it ran).
         why = new.last_restart
         events.append(Event("Warning", why.reason, f"attempt {new.attempt}: {why.message}"))
     for condition in new.conditions:
-        if condition.type == ConditionType.RESTARTING and condition.status == "True":
+        if (
+            condition.type == ConditionType.RESTARTING
+            and condition.status == "True"
+            and (condition.reason != Reason.SETTLING)
+        ):
             continue  # told by the restart's own Event above
         if before.get(condition.type, "False") == condition.status:
             continue
@@ -187,6 +224,17 @@ def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
             warning = condition.status == "True" and condition.type in WARNING_CONDITIONS
             events.append(Event("Warning" if warning else "Normal", condition.reason, condition.message))
     return events
+
+
+def _preflight(
+    old: PreflightResult | None, current: tuple[PodView, ...], attempt: int
+) -> PreflightResult | None:
+    """The NCCL preflight's figures for this attempt once a pod has them (every rank reports the same:
+    the gang's slowest); until then the last attempt's stay."""
+    if old is not None and old.attempt == attempt:
+        return old
+    measured = next((pod.preflight for pod in current if pod.preflight is not None), None)
+    return PreflightResult.model_validate({**measured, "attempt": attempt}) if measured else old
 
 
 def _set_schedulability(

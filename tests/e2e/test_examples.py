@@ -1,6 +1,6 @@
 """Every manifest in examples/ runs to Succeeded through the operator on the real node (tier C), with
 real training in the trainer images built from trainer-images/*/Dockerfile and checkpoints on a shared
-hostPath volume."""
+hostPath volume (and, where the example turns it on, an NCCL preflight that passed)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,6 @@ def test_the_example_trains_to_succeeded(
                     for p in jobs.pods(name)}  # fmt: skip
             raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}\n{logs}") from None
     assert any(checkpoints.rglob("*")), f"no checkpoint written under {checkpoints}"
+    if ((manifest["spec"].get("nccl") or {}).get("preflight") or {}).get("enabled"):
+        measured = jobs.get(name)["status"]["preflight"]  # see also test_preflight.py
+        assert measured["passed"] is True and measured["busBandwidthGbps"] > 0, measured

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from localcluster import Cluster
+from localcluster import Cluster, sim
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,9 +138,24 @@ def pytorch_job(name: str, workers: int = 2, master: bool = False, **spec: Any) 
             "accelerator": {"type": "nvidia-h100-80gb", "count": 8},
             # Auto would pick GPUDirect-TCPX for H100s: its privileged sidecar is GKE-only plumbing.
             "nccl": {"profile": "TCP"},
+            # Shared by every pod (kwok runs no container: any volume will do, but one must be given).
+            "checkpoint": {"volume": {"hostPath": {"path": "/var/tmp/dtjob-checkpoints"}}},
             **spec,
         },
     }
+
+
+@pytest.fixture
+def own_nodes(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[list[str]]:
+    """Three fresh fake GPU nodes for this test alone, which may delete them; removed afterwards."""
+    names = [sim.add_gpu_node(cluster_b, index) for index in random.sample(range(5000, 10000), 3)]
+    yield names
+    for name in names:
+        try:
+            core.delete_node(name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
 
 
 def dump(obj: Any) -> str:

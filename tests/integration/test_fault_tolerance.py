@@ -4,8 +4,7 @@ stopped mid-restart, and exhausted budgets (tier B)."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,9 +20,11 @@ from tests.waiting import wait_for
 def gang_job(
     name: str, workers: int = 2, master: bool = False, nodes: list[str] | None = None, **spec: Any
 ) -> dict[str, Any]:
-    """A PyTorch job whose pods go within a second of their deletion (the default grace is 30 s). Given
+    """A PyTorch job whose pods go within a second of their deletion (the default grace is 30 s), and whose
+    broken gang is watched 2 s for a disruption (30 s by default) unless `runPolicy` says otherwise. Given
     `nodes`, its pods run only there, so a test may delete the node of one of them."""
-    job = pytorch_job(name, workers=workers, master=master, **spec)
+    run_policy = {"failureSettleSeconds": 2, **spec.pop("runPolicy", {})}
+    job = pytorch_job(name, workers=workers, master=master, runPolicy=run_policy, **spec)
     for replica in job["spec"]["replicas"]:
         pod_spec = replica["template"]["spec"]
         pod_spec["terminationGracePeriodSeconds"] = 1
@@ -69,19 +70,6 @@ def still_there(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> bo
         if err.status == 404:
             return False
         raise
-
-
-@pytest.fixture
-def own_nodes(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[list[str]]:
-    """Three fresh fake GPU nodes for this test alone, which may delete them; removed afterwards."""
-    names = [sim.add_gpu_node(cluster_b, index) for index in random.sample(range(5000, 10000), 3)]
-    yield names
-    for name in names:
-        try:
-            core.delete_node(name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
 
 
 def test_a_worker_that_exits_1_under_on_failure_restarts_the_whole_gang_once_as_attempt_2(

@@ -17,6 +17,10 @@ def container(name: str = "trainer", image: str = "trainer:1", **extra: Any) -> 
     return {"name": name, "image": image, **extra}
 
 
+# A checkpoint volume every pod mounts (without one, a gang of several pods is warned it cannot resume).
+SHARED_CHECKPOINTS = {"volume": {"persistentVolumeClaim": {"claimName": "checkpoints"}}}
+
+
 def template(*containers: dict[str, Any], **pod_spec: Any) -> dict[str, Any]:
     return {"spec": {"containers": list(containers) or [container()], **pod_spec}}
 

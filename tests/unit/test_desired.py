@@ -356,3 +356,45 @@ def test_rendering_is_deterministic_plain_data_and_leaves_the_job_untouched() ->
     )  # safe_dump fails on anything but plain types (an enum, say)
     assert first == yaml.safe_dump(render_children(job, 2))
     assert json.dumps(job, sort_keys=True) == before
+
+
+@pytest.mark.parametrize(
+    ("trainer", "policy"),
+    [
+        pytest.param(container(), "FallbackToLogsOnError", id="by default a crash leaves its last log lines"),
+        pytest.param(container(terminationMessagePolicy="File"), "File", id="the template's own policy is kept"),
+    ],
+)  # fmt: skip
+def test_the_trainer_container_falls_back_to_its_log_for_a_termination_message(
+    trainer: dict[str, Any], policy: str
+) -> None:
+    sidecar = container("logger", "fluent:1")
+    pod = pods(manifest({"role": "Worker", "count": 1, "template": template(sidecar, trainer)}))[
+        "mnist-worker-0"
+    ]
+    logger, wired = pod["spec"]["containers"]
+    assert wired["terminationMessagePolicy"] == policy and logger == sidecar
+
+
+PVC = {"persistentVolumeClaim": {"claimName": "checkpoints"}}
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "security_context", "expected"),
+    [
+        pytest.param({"volume": PVC}, None, {"fsGroup": 1000}, id="a checkpoint volume is given to the trainer's group"),
+        pytest.param({"volume": PVC}, {"runAsNonRoot": True}, {"runAsNonRoot": True, "fsGroup": 1000},
+                     id="the template's other securityContext fields are kept"),
+        pytest.param({"volume": PVC}, {"fsGroup": 2000, "runAsUser": 2000}, {"fsGroup": 2000, "runAsUser": 2000},
+                     id="the template's own fsGroup is kept"),
+        pytest.param({}, None, None, id="without a checkpoint volume there is nothing to own"),
+        pytest.param({}, {"runAsNonRoot": True}, {"runAsNonRoot": True}, id="without one the template's is untouched"),
+    ],
+)  # fmt: skip
+def test_the_pod_fs_group_lets_the_non_root_trainer_write_a_fresh_checkpoint_volume(
+    checkpoint: dict[str, Any], security_context: dict[str, Any] | None, expected: dict[str, Any] | None
+) -> None:
+    tmpl = template(**({"securityContext": security_context} if security_context else {}))
+    job = manifest({"role": "Worker", "count": 2, "template": tmpl}, checkpoint=checkpoint)
+    for pod in pods(job).values():
+        assert pod["spec"].get("securityContext") == expected

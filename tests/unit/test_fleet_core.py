@@ -1,5 +1,5 @@
 """The pure parts of the read/write path: the cache's view of a pod, the rate limit, the settings, which
-copy of a job a pass decides on, and the back-off after errors."""
+copy of a job a pass decides on, the pods it created that the watch lacks yet, and the back-off."""
 
 from __future__ import annotations
 
@@ -8,11 +8,22 @@ from typing import Any
 
 import pytest
 
-from dtjob.handlers import _backoff, _freshest
+from dtjob.handlers import CREATED_MEMORY, Created, _backoff, _children, _freshest, _remember_created
 from dtjob.kube.throttle import TokenBucket
 from dtjob.observed import classify, node_essentials, node_view, pod_essentials
 from dtjob.settings import OperatorSettings, from_env
-from tests.unit.builders import NOW, deleted_at, exited, manifest, node, pending, pods_of, preempted, running
+from tests.unit.builders import (
+    NOW,
+    UID,
+    deleted_at,
+    exited,
+    manifest,
+    node,
+    pending,
+    pods_of,
+    preempted,
+    running,
+)
 
 POD = pods_of(manifest(("Worker", 2)))["mnist-worker-1"]
 
@@ -109,3 +120,27 @@ def test_the_back_off_doubles_with_jitter_up_to_its_ceiling() -> None:
     for failures, ceiling in [(1, 0.5), (2, 1.0), (5, 8.0), (40, 300.0)]:
         waits = {_backoff(failures) for _ in range(50)}
         assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(waits) > 1
+
+
+def names(children: list[dict[str, Any]]) -> list[str]:
+    return sorted(child["metadata"]["name"] for child in children)
+
+
+def test_created_pods_count_until_the_watch_delivers_them_and_no_longer() -> None:
+    pods = pods_of(manifest(("Worker", 3)))
+    first, second, third = (pod_essentials(pods[f"mnist-worker-{i}"]) for i in range(3))
+    created: Created = {}
+    _remember_created(created, [first, second, third], watched=[third], now=NOW)
+    assert set(created) == {first["metadata"]["uid"], second["metadata"]["uid"]}  # the watch had the third
+
+    assert names(_children(UID, [], [third], created, NOW)) == [f"mnist-worker-{i}" for i in range(3)]
+    assert names(_children(UID, [], [first, third], created, NOW)) == names([first, second, third])
+    assert set(created) == {second["metadata"]["uid"]}  # delivered by the watch: forgotten
+    assert names(_children(UID, [], [third], created, NOW + CREATED_MEMORY * 2)) == ["mnist-worker-2"]
+    assert created == {}  # never delivered: the watch is the truth after CREATED_MEMORY
+
+
+def test_children_are_only_those_the_job_owns() -> None:
+    pod = pod_essentials(POD)
+    namesake = {**pod, "metadata": {**pod["metadata"], "ownerReferences": [{"uid": "an-older-job"}]}}
+    assert _children(UID, [], [pod, namesake], {}, NOW) == [pod]

@@ -14,6 +14,7 @@ from dtjob.observed import (
     NODE_NOT_READY_GRACE,
     PodState,
     classify,
+    node_essentials,
     node_view,
     nodes_to_judge,
     observe,
@@ -193,3 +194,45 @@ def test_only_the_nodes_of_pods_that_can_still_be_lost_or_stuck_are_read() -> No
 def test_a_pod_that_ended_and_is_left_alone_is_not_judged_by_its_unread_node() -> None:
     view = classify(exited(POD, 1), NOW, {})  # its node was not read, so it is absent
     assert (view.state, view.reason, view.stuck, view.recheck_at) == (PodState.FAILED, "Error", False, None)
+
+
+def tainted(name: str, key: str) -> dict[str, Any]:
+    tainted_node = node(name)
+    tainted_node["spec"] = {"taints": [{"key": key, "effect": "NoSchedule"}, {"key": "nvidia.com/gpu"}]}
+    return tainted_node
+
+
+@pytest.mark.parametrize(
+    ("pod", "nodes", "disruption"),
+    [
+        pytest.param(running(POD), [node()], "", id="a running pod on a Ready node: nothing"),
+        pytest.param(disrupted_while_running(POD, "TerminationByKubelet"), [node()],
+                     "DisruptionTarget TerminationByKubelet: Eviction API: evicting",
+                     id="DisruptionTarget on a running pod"),
+        pytest.param(running(POD), [node(ready="Unknown", since="2030-01-01T11:59:55Z")],
+                     "node gpu-node-1 is not Ready (Ready=Unknown: Kubelet stopped posting node status.)",
+                     id="a node not Ready for 5 s, long before it counts as lost"),
+        pytest.param(running(POD), [tainted("gpu-node-1", "cloud.google.com/impending-node-termination")],
+                     "node gpu-node-1 has the taint cloud.google.com/impending-node-termination",
+                     id="GKE's termination taint"),
+        pytest.param(running(POD), [tainted("gpu-node-1", "nvidia.com/gpu")], "", id="another taint: nothing"),
+        pytest.param(exited(POD, 1), [], "", id="a pod that ended is judged by its end, not by its node"),
+    ],
+)  # fmt: skip
+def test_signs_that_a_live_pod_is_being_taken_away(
+    pod: dict[str, Any], nodes: list[dict[str, Any]], disruption: str
+) -> None:
+    views = {n["metadata"]["name"]: node_view(node_essentials(n)) for n in nodes}
+    assert classify(pod, NOW, views).disruption == disruption
+
+
+def test_the_trainers_json_termination_message_gives_the_reason_and_message() -> None:
+    saved = '{"reason": "PreemptedCheckpointSaved", "message": "stopped and saved after step 7", "step": 7}'
+    view = classify(exited(POD, 1, message=saved), NOW)
+    assert (view.reason, view.message, view.exit_code) == (
+        "PreemptedCheckpointSaved",
+        "stopped and saved after step 7",
+        1,
+    )
+    for plain in ("Traceback ...\nValueError: 3", "[1, 2]", '"text"'):
+        assert classify(exited(POD, 1, message=plain), NOW).message == plain

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from dtjob.plan import Delete, Event, Plan, Relabel, reconcile
+from dtjob.plan import Delete, Event, Plan, Relabel, reconcile, refused_pods
 from tests.unit.builders import (
     NOW,
+    SHARED_CHECKPOINTS,
     container,
     deleted_at,
     deleting,
@@ -23,7 +24,7 @@ from tests.unit.builders import (
     template,
 )
 
-JOB = manifest(("Master", 1), ("Worker", 2))
+JOB = manifest(("Master", 1), ("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
 
 
@@ -207,32 +208,46 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
         exited(pods["mnist-worker-0"], 1),
         running(pods["mnist-worker-1"]),
     ]
-    plan = reconcile(job, children, NOW + timedelta(minutes=1))
+    # Its peers still run: the gang is watched for a disruption before a failure is charged.
+    settling = reconcile(job, children, NOW + timedelta(minutes=1))
+    assert settling.create == settling.delete == [] and settling.requeue_after == 30.0
+    assert settling.status is not None and settling.status["brokenSince"] == "2030-01-01T12:01:00Z"
+    assert settling.status["phase"] == "Restarting"
+    watching = "watching the gang for a disruption for up to 30s before charging a failure"
+    assert settling.events == [
+        Event("Normal", "Settling", f"pod mnist-worker-0: Error, exit code 1, on node gpu-node-1; {watching}")
+    ]
+    broken = after(job, settling)
+    assert (
+        reconcile(broken, children, NOW + timedelta(minutes=1, seconds=29)).status is None
+    )  # still watching
+
+    plan = reconcile(broken, children, NOW + timedelta(minutes=1, seconds=30))
     # The restart is recorded first, nothing else: the next pass finds the old pods stale.
     assert deleted(plan) == [] and applied(plan) == ["Service/mnist"] and plan.requeue_after == 0.0
-    assert plan.status is not None
+    assert plan.status is not None and "brokenSince" not in plan.status
     assert (plan.status["attempt"], plan.status["restarts"], plan.status["phase"]) == (
         2, {"failures": 1, "preemptions": 0, "total": 1}, "Restarting")  # fmt: skip
     assert plan.status["lastRestart"] == {"reason": "PodFailed", "message": "pod mnist-worker-0: Error, exit code 1, on node gpu-node-1",
-                                          "time": "2030-01-01T12:01:00Z"}  # fmt: skip
+                                          "time": "2030-01-01T12:01:30Z"}  # fmt: skip
     assert plan.events[0] == Event(
         "Warning", "PodFailed", "attempt 2: pod mnist-worker-0: Error, exit code 1, on node gpu-node-1"
     )
-    restarting = after(job, plan)
+    restarting = after(broken, plan)
 
     teardown = reconcile(restarting, children, NOW + timedelta(minutes=1))
     assert deleted(teardown) == NAMES and applied(teardown) == ["Service/mnist"]
     assert (teardown.status, teardown.events) == (None, [])  # counted once, announced once
 
     terminating = [deleting(c) for c in children]
-    waiting = reconcile(restarting, terminating, NOW + timedelta(minutes=1, seconds=1))
+    waiting = reconcile(restarting, terminating, NOW + timedelta(minutes=1, seconds=31))
     # Old pods going: no new pod yet, and nothing deleted twice.
     assert applied(waiting) == ["Service/mnist"] and waiting.delete == []
 
-    backing_off = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=2))
+    backing_off = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=32))
     assert applied(backing_off) == ["Service/mnist"] and backing_off.requeue_after == 3.0
 
-    recreate = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=6))
+    recreate = reconcile(restarting, [], NOW + timedelta(minutes=1, seconds=36))
     pods2 = recreate.create
     assert [p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in pods2] == ["2", "2", "2"]
     assert {"name": "DTJ_ATTEMPT", "value": "2"} in pods2[0]["spec"]["containers"][0]["env"]
@@ -274,6 +289,7 @@ def test_a_second_preemption_before_the_new_gang_ran_is_announced_too() -> None:
 def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not_recreated() -> None:
     job, pods = started()
     assert job["status"]["createdAttempt"] == 1
+    job["status"]["brokenSince"] = "2030-01-01T11:59:35Z"  # settled
     plan = reconcile(
         job, [running(pods["mnist-master-0"]), running(pods["mnist-worker-1"])], NOW + timedelta(seconds=5)
     )
@@ -301,6 +317,7 @@ def test_an_operator_stopped_mid_restart_finishes_it_without_counting_it_again()
         exited(pods["mnist-worker-0"], 1),
         running(pods["mnist-worker-1"]),
     ]
+    job["status"]["brokenSince"] = "2030-01-01T11:59:30Z"  # settled
     restarting = after(job, reconcile(job, children, NOW))
     again = reconcile(restarting, children, NOW + timedelta(minutes=5))
     assert deleted(again) == NAMES and again.create == []
@@ -415,3 +432,26 @@ def test_pods_created_by_a_pass_whose_status_write_was_refused_are_recorded_with
     assert applied(plan) == [] and plan.status is not None
     assert (plan.status["createdAttempt"], plan.status["startTime"]) == (1, "2030-01-01T12:00:00Z")
     assert Event("Normal", "Created", "created the pods of attempt 1") in plan.events
+
+
+def test_a_spec_whose_pods_the_apiserver_refused_is_invalid_until_it_changes() -> None:
+    refusal = "pod mnist-worker-0: 422 Pod is invalid: spec.containers[0].env[0].valueFrom: Invalid value"
+    refused = refused_pods(JOB, refusal, NOW)
+    assert refused.create == [] and refused.status is not None and refused.status["phase"] == "Invalid"
+    invalid = next(c for c in refused.status["conditions"] if c["type"] == "Invalid")
+    assert (invalid["reason"], invalid["observedGeneration"]) == ("PodRefused", 1)
+    assert refusal in invalid["message"] and "spec.runPolicy.suspend: true" in invalid["message"]
+    assert refused.events == [Event("Warning", "PodRefused", invalid["message"])]
+
+    job = after(JOB, refused)
+    created_first = running(pods_of(JOB)["mnist-master-0"])  # created before the refusal
+    again = reconcile(job, [created_first], NOW + timedelta(seconds=5))
+    # Same spec: nothing created again, nothing said again; the gang's first pod cannot form a gang.
+    assert again.create == [] and again.status is None and again.events == []
+    assert again.delete == [Delete("Pod", "mnist-master-0", created_first["metadata"]["uid"])]
+
+    edited = {**job, "metadata": {**job["metadata"], "generation": 2}}
+    fixed = reconcile(edited, [], NOW + timedelta(seconds=10))
+    assert applied(fixed) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert fixed.status is not None and fixed.status["phase"] == "Pending"
+    assert Event("Normal", "ValidSpec", "the spec is valid") in fixed.events

@@ -13,7 +13,16 @@ from dtjob.api import TRAINER_CHECKPOINT_SAVED_EXIT_CODE, DistributedTrainingJob
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.observed import classify, observe
-from dtjob.policy import Action, Decision, Fault, Reason, backoff_seconds, decide, fault_of
+from dtjob.policy import (
+    MESSAGE_TAIL_CHARS,
+    Action,
+    Decision,
+    Fault,
+    Reason,
+    backoff_seconds,
+    decide,
+    fault_of,
+)
 from tests.unit.builders import (
     NOW,
     deleting,
@@ -71,6 +80,13 @@ def decision(
 
 ALL_RUNNING = [running(M), running(W0), running(W1)]
 CREATED = {"createdAttempt": 1}
+# The settle window (runPolicy.failureSettleSeconds, 30 s by default) of a gang broken 30 s ago is over.
+SETTLED = {"brokenSince": at(30)}
+TF_WITH_EVALUATOR = manifest(("Chief", 1), ("Worker", 1), ("Evaluator", 1), framework="TensorFlow")
+TF = pods_of(TF_WITH_EVALUATOR)
+SAVED_BY_TORCHRUN = (
+    '{"reason": "PreemptedCheckpointSaved", "message": "stopped and saved after step 7", "step": 7}'
+)
 STUCK_IMAGE = pulling(W0, "ImagePullBackOff", scheduled="2030-01-01T11:50:00Z")
 
 CASES = [
@@ -91,18 +107,41 @@ CASES = [
     ("under AllWorkers every Worker succeeding completes the job",
      {**WORKERS, "spec": {**WORKERS["spec"], "runPolicy": {"successPolicy": "AllWorkers"}}},
      [exited(p, 0) for p in Q.values()], None, Action.COMPLETE, Reason.ALL_WORKERS_SUCCEEDED),
-    ("a failed Worker restarts the gang under OnFailure", ONE_AND_TWO, [running(M), exited(W0, 1), running(W1)], None,
+    ("a failed Worker whose peers still run is watched before anything is charged", ONE_AND_TWO,
+     [running(M), exited(W0, 1), running(W1)], None, Action.WAIT, Reason.SETTLING),
+    ("a failed Worker restarts the gang under OnFailure once the settle window is over", ONE_AND_TWO,
+     [running(M), exited(W0, 1), running(W1)], SETTLED, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("a failure is charged at once when no member still runs", ONE_AND_TWO, [exited(M, 1), exited(W0, 1), exited(W1, 1)], None,
      Action.RESTART_GANG, Reason.POD_FAILED),
+    ("a failure is charged at once with failureSettleSeconds 0", run_policy(failureSettleSeconds=0),
+     [running(M), exited(W0, 1), running(W1)], None, Action.RESTART_GANG, Reason.POD_FAILED),
     ("a failure after backoffLimit restarts fails the job", ONE_AND_TWO, [running(M4), exited(W04, 1), running(W14)],
-     {"attempt": 4, "restarts": {"failures": 3, "total": 3}}, Action.FAIL, Reason.BACKOFF_LIMIT_EXCEEDED),
-    ("any failure fails the job under Never", run_policy(restartPolicy="Never"), [running(M), exited(W0, 137), running(W1)], None,
+     {"attempt": 4, "restarts": {"failures": 3, "total": 3}, **SETTLED}, Action.FAIL, Reason.BACKOFF_LIMIT_EXCEEDED),
+    ("any failure fails the job under Never", run_policy(restartPolicy="Never"), [running(M), exited(W0, 137), running(W1)], SETTLED,
      Action.FAIL, Reason.POD_FAILED),
-    ("exit code 1 is permanent under ExitCode", run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 1), running(W1)], None,
+    ("exit code 1 is permanent under ExitCode", run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 1), running(W1)], SETTLED,
      Action.FAIL, Reason.POD_FAILED),
-    ("exit code 137 is retried under ExitCode", run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 137), running(W1)], None,
+    ("exit code 1 under ExitCode is watched too: a preemption may explain it", run_policy(restartPolicy="ExitCode"),
+     [running(M), exited(W0, 1), running(W1)], None, Action.WAIT, Reason.SETTLING),
+    ("a peer's exit 1 before the preemption shows is a preemption under ExitCode", run_policy(restartPolicy="ExitCode"),
+     [running(M), exited(W0, 1), preempted(W1)], {"brokenSince": at(10)}, Action.RESTART_GANG, Reason.PREEMPTED),
+    ("a peer's exit 1 beside a member being taken away is a preemption", run_policy(restartPolicy="ExitCode"),
+     [running(M), exited(W0, 1), disrupted_while_running(W1, "TerminationByKubelet")], None, Action.RESTART_GANG, Reason.PREEMPTED),
+    ("exit code 137 is retried under ExitCode", run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 137), running(W1)], SETTLED,
      Action.RESTART_GANG, Reason.POD_FAILED),
-    ("the trainer's preempted-checkpoint-saved code 200 is retried under ExitCode", run_policy(restartPolicy="ExitCode"),
-     [running(M), exited(W0, 200), running(W1)], None, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("the trainer's preempted-checkpoint-saved code 200 is a preemption under ExitCode", run_policy(restartPolicy="ExitCode"),
+     [running(M), exited(W0, 200), running(W1)], None, Action.RESTART_GANG, Reason.PREEMPTED),
+    ("torchrun's exit 1 after its workers saved a checkpoint on SIGTERM is a preemption", run_policy(restartPolicy="ExitCode"),
+     [running(M), exited(W0, 1, message=SAVED_BY_TORCHRUN), running(W1)], None, Action.RESTART_GANG, Reason.PREEMPTED),
+    ("a member deleted by hand makes its peers' checkpoint-saved stops a failure", ONE_AND_TWO,
+     [running(M), deleting(running(W0)), exited(W1, 200)], {**CREATED, **SETTLED}, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("an Evaluator's failure restarts nothing", TF_WITH_EVALUATOR,
+     [running(TF["mnist-chief-0"]), running(TF["mnist-worker-0"]), exited(TF["mnist-evaluator-0"], 1)], CREATED,
+     Action.WAIT, Reason.IN_PROGRESS),
+    ("a PS's failure restarts the gang", manifest(("Chief", 1), ("Worker", 1), ("PS", 1), framework="TensorFlow"),
+     [running(p) if "ps" not in n else exited(p, 1) for n, p in
+      pods_of(manifest(("Chief", 1), ("Worker", 1), ("PS", 1), framework="TensorFlow")).items()], {**CREATED, **SETTLED},
+     Action.RESTART_GANG, Reason.POD_FAILED),
     ("a preemption restarts the gang without charging the failure budget", ONE_AND_TWO, [running(M4), preempted(W04), running(W14)],
      {"attempt": 4, "restarts": {"failures": 3, "total": 3}}, Action.RESTART_GANG, Reason.PREEMPTED),
     ("a preemption explains the peers that crashed with it", ONE_AND_TWO, [exited(M, 1), preempted(W0), exited(W1, 1)], None,
@@ -129,11 +168,11 @@ CASES = [
     ("a pod unschedulable past schedulingTimeoutSeconds fails the job", run_policy(schedulingTimeoutSeconds=30),
      [pending(M, unschedulable=True), running(W0), running(W1)], None, Action.FAIL, Reason.SCHEDULING_TIMEOUT),
     ("a member that vanished after its attempt was created restarts the gang as a failure", ONE_AND_TWO,
-     [running(M), running(W1)], CREATED, Action.RESTART_GANG, Reason.POD_FAILED),
-    ("a vanished member fails the job under Never", run_policy(restartPolicy="Never"), [running(M), running(W1)], CREATED,
-     Action.FAIL, Reason.POD_FAILED),
+     [running(M), running(W1)], {**CREATED, **SETTLED}, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("a vanished member fails the job under Never", run_policy(restartPolicy="Never"), [running(M), running(W1)],
+     {**CREATED, **SETTLED}, Action.FAIL, Reason.POD_FAILED),
     ("a running member deleted without a disruption condition restarts the gang at its deletion", ONE_AND_TWO,
-     [running(M), deleting(running(W0)), running(W1)], CREATED, Action.RESTART_GANG, Reason.POD_FAILED),
+     [running(M), deleting(running(W0)), running(W1)], {**CREATED, **SETTLED}, Action.RESTART_GANG, Reason.POD_FAILED),
     ("an evicted member restarts the gang as a preemption", ONE_AND_TWO,
      [running(M), deleting(disrupted_while_running(W0, "EvictionByEvictionAPI")), running(W1)], CREATED,
      Action.RESTART_GANG, Reason.PREEMPTED),
@@ -141,8 +180,8 @@ CASES = [
      None, Action.FAIL, Reason.POD_FAILED),
     ("a permanent failure among retryable ones fails the job", run_policy(restartPolicy="ExitCode"),
      [exited(M, 143), exited(W0, 137), exited(W1, 2)], None, Action.FAIL, Reason.POD_FAILED),
-    ("the trainer's checkpoint-saved code is still a failure under Never", run_policy(restartPolicy="Never"),
-     [running(M), exited(W0, 200), running(W1)], None, Action.FAIL, Reason.POD_FAILED),
+    ("the trainer's checkpoint-saved code is a preemption even under Never", run_policy(restartPolicy="Never"),
+     [running(M), exited(W0, 200), running(W1)], None, Action.RESTART_GANG, Reason.PREEMPTED),
 ]  # fmt: skip
 
 
@@ -170,6 +209,8 @@ def test_decide(
         pytest.param(run_policy(schedulingTimeoutSeconds=120), [pending(M, unschedulable=True), running(W0), running(W1)], None, 60.0,
                      id="wake up when an unschedulable pod's timeout is due"),
         pytest.param(ONE_AND_TWO, ALL_RUNNING, None, None, id="nothing is due without timers"),
+        pytest.param(ONE_AND_TWO, [running(M), exited(W0, 1), running(W1)], {"brokenSince": at(10)}, 20.0,
+                     id="wake up when the settle window ends"),
     ],
 )  # fmt: skip
 def test_time_based_checks_say_when_they_are_due(
@@ -182,8 +223,45 @@ def test_time_based_checks_say_when_they_are_due(
 
 
 def test_the_failure_message_names_the_pod_the_exit_code_and_the_node() -> None:
-    got = decision(ONE_AND_TWO, [running(M), exited(W0, 3, message="loss is NaN"), running(W1)])
+    got = decision(ONE_AND_TWO, [running(M), exited(W0, 3, message="loss is NaN"), running(W1)], SETTLED)
     assert got.message == "pod mnist-worker-0: Error, exit code 3, on node gpu-node-1: loss is NaN"
+
+
+def test_a_long_termination_message_is_cut_to_its_last_lines() -> None:
+    log = (
+        "\n".join(f"step {i}: loss 0.{i:04d}" for i in range(200))
+        + "\nPermissionError: [Errno 13] /models/out.pt"
+    )
+    got = decision(ONE_AND_TWO, [running(M), exited(W0, 1, message=log), running(W1)], SETTLED)
+    assert got.message.endswith("PermissionError: [Errno 13] /models/out.pt")
+    assert ": ...\nstep " in got.message and len(got.message) < MESSAGE_TAIL_CHARS + 100
+
+
+def test_a_settling_gang_says_what_ended_and_how_long_it_is_watched() -> None:
+    got = decision(ONE_AND_TWO, [running(M), exited(W0, 1, message="boom"), running(W1)])
+    assert got.message == (
+        "pod mnist-worker-0: Error, exit code 1, on node gpu-node-1: boom; "
+        "watching the gang for a disruption for up to 30s before charging a failure"
+    )
+    assert got.requeue_after == 30.0
+
+
+def test_a_peer_whose_node_stopped_reporting_makes_the_crash_a_preemption() -> None:
+    elsewhere = running(W1)
+    elsewhere["spec"]["nodeName"] = "gpu-node-2"
+    pods = [running(M), exited(W0, 1), elsewhere]
+    fresh_trouble = node("gpu-node-2", ready="Unknown", since=at(5))  # not yet past NODE_NOT_READY_GRACE
+    assert decision(ONE_AND_TWO, pods, None, [node(), node("gpu-node-2")]).reason == Reason.SETTLING
+    got = decision(ONE_AND_TWO, pods, None, [node(), fresh_trouble])
+    assert (got.action, got.reason) == (Action.RESTART_GANG, Reason.PREEMPTED)
+    assert got.message.startswith(
+        "pod mnist-worker-1 is being taken away (node gpu-node-2 is not Ready (Ready=Unknown"
+    )
+    tainted = node("gpu-node-2")
+    tainted["spec"] = {
+        "taints": [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]
+    }
+    assert decision(ONE_AND_TWO, pods, None, [node(), tainted]).reason == Reason.PREEMPTED
 
 
 def test_a_member_whose_node_was_deleted_restarts_the_gang_as_a_preemption() -> None:
@@ -195,7 +273,7 @@ def test_a_member_whose_node_was_deleted_restarts_the_gang_as_a_preemption() -> 
 @pytest.mark.parametrize(
     ("message_of", "message"),
     [
-        pytest.param(lambda: decision(ONE_AND_TWO, [running(M), running(W1)], CREATED),
+        pytest.param(lambda: decision(ONE_AND_TWO, [running(M), running(W1)], {**CREATED, **SETTLED}),
                      "pod mnist-worker-0: Vanished: the pod is gone before its end was seen (deleted, or removed with its node)",
                      id="a vanished member is named"),
         pytest.param(lambda: decision(ONE_AND_TWO, ALL_RUNNING, None, []),
@@ -206,7 +284,7 @@ def test_a_member_whose_node_was_deleted_restarts_the_gang_as_a_preemption() -> 
                      "(image errors that persist are permanent)",
                      id="a persisting image error names the image"),
         pytest.param(lambda: decision(run_policy(restartPolicy="ExitCode"), [running(M), exited(W0, 200), running(W1)]),
-                     "pod mnist-worker-0: Error, exit code 200, on node gpu-node-1 (the trainer saved a checkpoint and stopped on SIGTERM)",
+                     "pod mnist-worker-0: Error, exit code 200, on node gpu-node-1 (the trainer was stopped by SIGTERM and saved a checkpoint)",
                      id="the trainer's checkpoint-saved exit is explained"),
         pytest.param(lambda: decision(run_policy(maxPreemptions=0), [running(M), preempted(W0), running(W1)]),
                      "maxPreemptions (0) reached; last: pod mnist-worker-0: TerminationByKubelet, exit code 143, on node gpu-node-1: "
@@ -230,9 +308,12 @@ FAULTS = [
     ("an OOM kill under OnFailure is retried", exited(W0, 137, reason="OOMKilled"), R.ON_FAILURE, Fault.RETRYABLE),
     ("an OOM kill under ExitCode is retried like its signal", exited(W0, 137, reason="OOMKilled"), R.EXIT_CODE, Fault.RETRYABLE),
     ("an OOM kill under Never is permanent", exited(W0, 137, reason="OOMKilled"), R.NEVER, Fault.PERMANENT),
-    ("the trainer's checkpoint-saved exit under ExitCode is retried", exited(W0, 200), R.EXIT_CODE, Fault.RETRYABLE),
-    ("the trainer's checkpoint-saved exit under OnFailure is retried", exited(W0, 200), R.ON_FAILURE, Fault.RETRYABLE),
-    ("the trainer's checkpoint-saved exit under Never is permanent like every failure", exited(W0, 200), R.NEVER, Fault.PERMANENT),
+    ("the trainer's checkpoint-saved exit under ExitCode is a preemption", exited(W0, 200), R.EXIT_CODE, Fault.PREEMPTION),
+    ("the trainer's checkpoint-saved exit under Never is a preemption", exited(W0, 200), R.NEVER, Fault.PREEMPTION),
+    ("torchrun's exit 1 with the trainer's checkpoint-saved message is a preemption",
+     exited(W0, 1, message=SAVED_BY_TORCHRUN), R.EXIT_CODE, Fault.PREEMPTION),
+    ("a JSON termination message of another reason is that reason", exited(W0, 1, message='{"reason": "TerminatedWithoutCheckpoint"}'),
+     R.EXIT_CODE, Fault.PERMANENT),
     ("a signal under Never is permanent", exited(W0, 143), R.NEVER, Fault.PERMANENT),
     ("a member deleted without a word under OnFailure is retried", deleting(running(W0)), R.ON_FAILURE, Fault.RETRYABLE),
     ("a member deleted without a word under ExitCode is retried, having no exit code", deleting(running(W0)), R.EXIT_CODE, Fault.RETRYABLE),

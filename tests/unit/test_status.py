@@ -10,9 +10,9 @@ import pytest
 from dtjob.api import Condition, ConditionType, JobStatus
 from dtjob.plan import read_status, reconcile
 from dtjob.status import Event, transition_events
-from tests.unit.builders import NOW, exited, manifest, pending, pods_of, running
+from tests.unit.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
 
-JOB = manifest(("Worker", 2))
+JOB = manifest(("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 
 
 def status_after(job: dict[str, Any], children: list[dict[str, Any]], seconds: int) -> dict[str, Any]:
@@ -171,3 +171,27 @@ def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> No
     assert plan.status is not None and plan.status["phase"] == "Suspended"
     conditions = {c["type"]: (c["status"], c["reason"]) for c in plan.status["conditions"]}
     assert conditions["Unschedulable"] == ("False", "Scheduled")
+
+
+def test_a_gang_without_a_checkpoint_volume_is_warned_once_and_the_warning_goes_with_a_volume() -> None:
+    unshared = manifest(("Worker", 2))
+    plan = reconcile(unshared, [], NOW)
+    assert plan.status is not None
+    warning = next(c for c in plan.status["conditions"] if c["type"] == "CheckpointNotShared")
+    assert (warning["status"], warning["reason"]) == ("True", "CheckpointNotShared")
+    assert "spec.checkpoint.volume" in warning["message"]
+    assert Event("Warning", "CheckpointNotShared", warning["message"]) in plan.events
+    assert plan.status["phase"] == "Pending"  # a warning: the job runs
+    again = reconcile({**unshared, "status": plan.status}, [], NOW + timedelta(seconds=5))
+    assert [e for e in again.events if e.reason == "CheckpointNotShared"] == []  # said once
+    fixed = {
+        **unshared,
+        "spec": {**unshared["spec"], "checkpoint": SHARED_CHECKPOINTS},
+        "status": plan.status,
+    }
+    cleared = reconcile(fixed, [], NOW + timedelta(seconds=10))
+    assert cleared.status is not None
+    assert (
+        next(c for c in cleared.status["conditions"] if c["type"] == "CheckpointNotShared")["status"]
+        == "False"
+    )

@@ -1,5 +1,8 @@
 """Problems the CRD's schema and CEL cannot see (inside the opaque pod template, or across fields in ways
-too costly for CEL). The operator reports them as an Invalid condition instead of creating broken pods."""
+too costly for CEL). The operator reports them as an Invalid condition instead of creating broken pods.
+
+Warnings are about valid specs that will run, but not as the user likely hopes: they are reported, and
+the pods are created all the same."""
 
 from __future__ import annotations
 
@@ -24,3 +27,17 @@ def semantic_problems(spec: DistributedTrainingJobSpec) -> list[str]:
             "torchrun would start more processes than the pod has GPUs"
         )
     return problems
+
+
+def checkpoint_warnings(spec: DistributedTrainingJobSpec) -> list[str]:
+    """Valid, but a gang restart would lose its progress: without a volume, checkpoint.path is a
+    directory of each pod's own container filesystem, which goes with the pod."""
+    pods = sum(replica.count for replica in spec.replicas)
+    if pods <= 1 or spec.checkpoint.volume is not None:
+        return []
+    return [
+        f"spec.checkpoint.volume is not set: each of the {pods} pods would checkpoint into its own "
+        f"container filesystem at {spec.checkpoint.path}, which a gang restart discards, so the restarted "
+        "gang cannot resume; set spec.checkpoint.volume to storage every pod mounts (e.g. a Filestore "
+        "persistentVolumeClaim or GCS FUSE)"
+    ]

@@ -223,6 +223,20 @@ class EnvVar(WireModel):
     value: Annotated[str, Field(max_length=4096)] = ""
 
 
+class Preflight(WireModel):
+    """An all-reduce sweep every pod runs before training (init container dtj-preflight), proving the
+    gang's collective path: its figures go to status.preflight; below the floor, or NCCL fallen back to
+    TCP sockets under a GPUDirect profile, the job fails with PreflightFailed. PyTorch jobs; the image
+    needs the dtjob trainer runtime (python -m dtjob_trainer.preflight), as dtjob's trainer images have."""
+
+    enabled: bool = False
+    min_bus_bandwidth_gbps: Annotated[float, Field(ge=0.001, le=100000)] | None = None
+    """The floor for all-reduce busbw at the largest size, in GB/s (10^9 bytes/s, as nccl-tests prints
+    it). Unset: the network profile's default (none for TCP)."""
+    budget_seconds: Annotated[int, Field(ge=1, le=600)] = 30
+    """How long the sweep may take, after the rendezvous: larger sizes that would not fit are skipped."""
+
+
 class Nccl(WireModel):
     """NCCL wiring of the GPU roles."""
 
@@ -232,6 +246,7 @@ class Nccl(WireModel):
     """NCCL_DEBUG."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64, json_schema_extra=list_map("name"))
     """Extra variables for the trainer container; they win over the profile's defaults of the same name."""
+    preflight: Preflight = Preflight()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Nccl:
@@ -284,6 +299,9 @@ class RunPolicy(WireModel):
     """Delete the pods and keep the job; setting it back to false recreates them (a new start time)."""
     scheduling_timeout_seconds: Annotated[int, Field(ge=1)] | None = None
     """The job fails (SchedulingTimeout) when a pod has stayed unscheduled this long."""
+    failure_settle_seconds: Annotated[int, Field(ge=0, le=600)] = 30
+    """How long a gang that lost a member with no disruption in sight is watched before the restart is
+    charged to backoffLimit: a preemption seen meanwhile (often after the peers crashed) makes it one."""
 
 
 def _is(framework: Framework) -> str:
@@ -314,6 +332,18 @@ def _rank_zero_rule(framework: Framework) -> Rule:
         message=f"spec.replicas must include a {_english(roles)} replica for a {framework} job (it holds rank 0)",
         holds=lambda s: s.framework != framework or any(r.role in roles for r in s.replicas),
     )
+
+
+# TensorFlow's ParameterServerStrategy is driven from the Chief (its coordinator): without one, workers
+# and parameter servers start their servers and wait forever.
+PS_NEEDS_CHIEF: Final = Rule(
+    cel=f"!({_is(Framework.TENSORFLOW)}) || !self.replicas.exists(r, r.role == '{Role.PS}') "
+    f"|| self.replicas.exists(r, r.role == '{Role.CHIEF}')",
+    message="spec.replicas: a TensorFlow job with PS replicas needs a Chief (ParameterServerStrategy's coordinator)",
+    holds=lambda s: (
+        s.framework != Framework.TENSORFLOW or Role.PS not in s.roles() or Role.CHIEF in s.roles()
+    ),
+)
 
 
 def _unchanged(field: str) -> str:
@@ -355,6 +385,13 @@ class DistributedTrainingJobSpec(WireModel):
         *(_roles_rule(framework) for framework in Framework),
         # Only where a framework has roles without rank 0 (with PyTorch, any valid replica holds it).
         *(_rank_zero_rule(f) for f in Framework if set(FRAMEWORK_ROLES[f]) - set(RANK_ZERO_ROLES[f])),
+        PS_NEEDS_CHIEF,
+        Rule(
+            cel=f"{_is(Framework.PYTORCH)} || !has(self.nccl) || !has(self.nccl.preflight) "
+            "|| !has(self.nccl.preflight.enabled) || !self.nccl.preflight.enabled",
+            message="spec.nccl.preflight.enabled needs framework PyTorch (the sweep runs torch.distributed)",
+            holds=lambda s: s.framework == Framework.PYTORCH or not s.nccl.preflight.enabled,
+        ),
         Rule(
             cel="!has(self.nccl) || !has(self.nccl.profile) || self.nccl.profile in ['Auto', 'TCP'] "
             "|| has(self.accelerator)",

@@ -39,6 +39,8 @@ class ConditionType(StrEnum):
     INVALID = "Invalid"
     UNSCHEDULABLE = "Unschedulable"
     """A pod of the current attempt cannot be placed: the message is the scheduler's."""
+    CHECKPOINT_NOT_SHARED = "CheckpointNotShared"
+    """The gang has several pods and no checkpoint volume: a restarted gang cannot resume."""
 
 
 # RFC 3339 with seconds, as metav1.Time serializes.
@@ -97,6 +99,24 @@ class LastRestart(StatusModel):
     time: Timestamp
 
 
+class PreflightResult(StatusModel):
+    """What the NCCL preflight measured before the attempt trained (spec.nccl.preflight)."""
+
+    attempt: int
+    passed: bool
+    message: str = ""
+    bus_bandwidth_gbps: float | None = None
+    """All-reduce busbw at the largest size, GB/s (nccl-tests' busbw = algbw x 2(n-1)/n)."""
+    alg_bandwidth_gbps: float | None = None
+    size_bytes: int | None = None
+    transport: str | None = None
+    """The network NCCL used (Socket, or a GPUDirect plugin: GPUDirectTCPX, FasTrak, gIB); gloo on CPU."""
+    backend: str | None = None
+    world_size: int | None = None
+    seconds: float | None = None
+    """From the start of the preflight to its verdict, the rendezvous included."""
+
+
 class JobStatus(StatusModel):
     """Observed state of the job."""
 
@@ -112,6 +132,10 @@ class JobStatus(StatusModel):
     restarts the gang instead of being recreated into a rendezvous that cannot re-form."""
     restarts: Restarts = Restarts()
     last_restart: LastRestart | None = None
+    preflight: PreflightResult | None = None
+    broken_since: Timestamp | None = None
+    """When a member of the current attempt was first seen ended with no disruption in sight: the gang is
+    watched for runPolicy.failureSettleSeconds from here before a failure is charged."""
     start_time: Timestamp | None = None
     """When the pods were first created (or the job last resumed); activeDeadlineSeconds counts from here."""
     completion_time: Timestamp | None = None

@@ -7,7 +7,9 @@ from here: this module reads only a job after a write conflict and a node the no
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 from kubernetes import client
+from pydantic import ValidationError
 
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom
@@ -24,6 +27,9 @@ from dtjob.plan import Delete, Event, Plan, Relabel
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
 FIELD_MANAGER = "dtjob-operator"
+# Statuses of a create refused for what the object says (Bad Request, Unprocessable Entity: invalid).
+SPEC_REFUSALS: Final = frozenset({400, 422})
+ENV_PATH: Final = re.compile(r"spec\.(containers|initContainers)\[(\d+)\]\.env\[(\d+)\]")
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Aggregated events remembered (LRU); one forgotten just starts a new Event with count 1.
 EVENT_MEMORY: Final = 4096
@@ -37,8 +43,9 @@ def limit_rate(qps: float, burst: int) -> None:
     _bucket = TokenBucket(qps, burst)
 
 
-class Conflict(Exception):
-    """The job changed since the version a pass decided on: the status was not written; decide again."""
+class Refused(Exception):
+    """The apiserver, or the client's schema check, refused a pod rendered from the job's spec: the same
+    spec will be refused again (the message names the field)."""
 
 
 @dataclass
@@ -85,8 +92,48 @@ def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     except client.ApiException as err:
         if err.status == 409:
             return None
+        if err.status in SPEC_REFUSALS:
+            raise Refused(_refused_pod(pod, refusal(err) or "")) from None
         raise
+    except ValidationError as err:
+        raise Refused(_refused_pod(pod, refusal(err) or "")) from None
     return cast(dict[str, Any], api_client().sanitize_for_serialization(created))
+
+
+def _refused_pod(pod: Mapping[str, Any], why: str) -> str:
+    """The refusal, and the names of the env entries it points at: the rendered pod's env starts with
+    the variables the operator injects, so its indexes are not the template's."""
+    named = []
+    for kind, container, entry in ENV_PATH.findall(why):
+        try:
+            name = pod["spec"][kind][int(container)]["env"][int(entry)]["name"]
+        except (KeyError, IndexError, TypeError):
+            continue
+        named.append(f"spec.{kind}[{container}].env[{entry}] is the variable {name!r}")
+    return f"pod {pod['metadata']['name']}: {why}" + (
+        f" ({'; '.join(dict.fromkeys(named))})" if named else ""
+    )
+
+
+def refusal(err: Exception) -> str | None:
+    """What refused a request, in the refuser's words: the apiserver (its message names the field), or
+    the client's own check of an object against the Kubernetes schema. None for anything else."""
+    if isinstance(err, client.ApiException):
+        try:
+            return f"{err.status} {json.loads(err.body or '')['message']}"
+        except (TypeError, ValueError, KeyError):
+            return f"{err.status} {err.reason}"
+    if isinstance(err, ValidationError):
+        return "refused by the Kubernetes client's schema check: " + "; ".join(
+            f"{_field_path(problem['loc'])}: {problem['msg']}" for problem in err.errors()
+        )
+    return None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """spec.containers[0].env[0].valueFrom, from the client's (argument index, field, index...) path."""
+    parts = list(loc[1:] if loc and isinstance(loc[0], int) else loc)
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts).lstrip(".")
 
 
 def relabel(namespace: str, op: Relabel) -> None:
@@ -130,8 +177,9 @@ def delete(namespace: str, op: Delete) -> None:
             raise
 
 
-def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
-    """Write the status the pass decided, only onto the version of the job it decided on."""
+def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Write the status the pass decided, only onto the version of the job it decided on: the job as
+    written, or None when it changed since (409): nothing was written, and the pass must decide again."""
     meta = job["metadata"]
     body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
     _bucket.take()
@@ -141,8 +189,7 @@ def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str,
         )
     except client.ApiException as err:
         if err.status == 409:
-            raise Conflict(f"{meta['namespace']}/{meta['name']} changed since resourceVersion "
-                           f"{meta['resourceVersion']}") from None  # fmt: skip
+            return None
         raise
     return cast(dict[str, Any], written)
 
@@ -228,7 +275,7 @@ EVENTS = EventRecorder()
 
 def execute(job: Mapping[str, Any], plan: Plan) -> Executed:
     """Carry out a plan in a safe order: delete stale children first, then create and mend, then record
-    the outcome (guarded by the job's resourceVersion: a Conflict leaves the status unwritten)."""
+    the outcome (guarded by the job's resourceVersion: a conflict leaves status and events unwritten)."""
     meta = job["metadata"]
     namespace = meta["namespace"]
     done = Executed()
@@ -242,9 +289,8 @@ def execute(job: Mapping[str, Any], plan: Plan) -> Executed:
     for drifted in plan.relabel:
         relabel(namespace, drifted)
     if plan.status is not None:
-        try:
-            done.job = patch_status(job, plan.status)
-        except Conflict:
+        done.job = patch_status(job, plan.status)
+        if done.job is None:
             done.conflict = True
             return done
     for event in plan.events:

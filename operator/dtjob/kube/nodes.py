@@ -2,7 +2,7 @@
 
 Nodes are the busiest object an operator of this kind watches and the one it needs least of: kubelets
 (and kwok) patch every node's status every few seconds to minutes, and a pass needs only each node's
-Ready condition. Through Kopf, each such event costs milliseconds of its per-object machinery; here it
+Ready condition and the taints that say it is going away. Through Kopf, each such event costs milliseconds of its per-object machinery; here it
 costs one JSON parse. What is kept per node is what `observed.node_view` reads (`node_essentials`).
 """
 
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 class NodeWatch:
     """`get(name)`: a node's essentials, or None when no such node is known. `on_trouble(name)` is called
-    from the watch's thread for every event of a node that is not Ready, and when one is deleted."""
+    from the watch's thread for every event of a node that is not Ready or is tainted to go away
+    (`observed.DISRUPTION_TAINTS`), and when one is deleted."""
 
     def __init__(self, on_synced: Callable[[], object], on_trouble: Callable[[str], object]) -> None:
         self._on_synced, self._on_trouble = on_synced, on_trouble
@@ -99,7 +100,7 @@ class NodeWatch:
                     self._on_trouble(name)
                     continue
                 self._nodes[name] = essentials = node_essentials(node)
-                if not _ready(essentials):
+                if not _ready(essentials) or essentials["spec"]["taints"]:
                     self._on_trouble(name)
         finally:
             self._response.release_conn()

@@ -21,3 +21,7 @@ PREEMPTED_CHECKPOINT_SAVED: Final = 200
 # What a SIGTERM kill reports anyway; the runtime uses it when the budget ran out before a checkpoint
 # was durable, so the exit looks like the plain termination it is.
 TERMINATED_WITHOUT_CHECKPOINT: Final = 143
+
+# The NCCL preflight found the gang's collective path below its floor, or fallen back to TCP sockets
+# (dtjob_trainer.preflight); its termination message says which, with the figures.
+PREFLIGHT_FAILED: Final = 3

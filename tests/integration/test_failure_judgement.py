@@ -1,0 +1,208 @@
+"""Every failure explained and charged to the right budget, against a real apiserver (tier B), the test
+playing the kubelet and the node controller in the orderings GKE shows: the peers of a preempted pod
+crash before its own status or its node says anything; torchrun exits 1 after its workers saved; a
+crashed trainer's last words reach the restart Event; a pod the apiserver refuses makes the job Invalid;
+TensorFlow's PS and Evaluator."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kopf.testing import KopfRunner
+from kubernetes import client
+
+from localcluster import sim
+from tests.integration.conftest import Jobs, pytorch_job
+from tests.integration.test_fault_tolerance import events_of, gang_job, gang_of_attempt, status_of
+from tests.waiting import wait_for
+
+# Longer than any test takes to play its ordering: a disruption seen ends the window at once.
+SETTLE: dict[str, Any] = {"failureSettleSeconds": 120}
+
+
+def split_gang(name: str, nodes: list[str], **run_policy: Any) -> dict[str, Any]:
+    """Master on nodes[0], the Workers on nodes[1] and nodes[2] (a pod takes a node's 8 GPUs): what
+    happens to the master's node leaves its peers running elsewhere."""
+    job = gang_job(name, workers=2, master=True, runPolicy={**SETTLE, **run_policy})
+    for replica, hosts_of_role in zip(job["spec"]["replicas"], (nodes[:1], nodes[1:]), strict=True):
+        hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": hosts_of_role}
+        replica["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
+    return job
+
+
+def peers_crash(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """Both Workers exit 1 (their collective broke), and the operator watches the gang for a disruption."""
+    for worker in (f"{name}-worker-0", f"{name}-worker-1"):
+        sim.exit_pod(core, namespace, worker, exit_code=1)
+
+
+def settling(jobs: Jobs, name: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: (c := jobs.condition(name, "Restarting")) is not None and c["reason"] == "Settling" and c,
+        f"{name} watched for a disruption (Restarting=True, Settling)",
+    )
+
+
+def restarted(jobs: Jobs, name: str) -> dict[str, Any]:
+    wait_for(lambda: status_of(jobs, name).get("attempt") == 2, f"attempt 2 of {name} recorded")
+    return status_of(jobs, name)
+
+
+@pytest.mark.parametrize(
+    "disrupt",
+    [
+        pytest.param(lambda core, ns, node, pod: sim.mark_disruption_target(core, ns, pod),
+                     id="graceful node shutdown: DisruptionTarget on the still-running pod"),
+        pytest.param(lambda core, ns, node, pod: sim.taint_for_termination(core, node),
+                     id="GKE taints the node for termination"),
+        pytest.param(lambda core, ns, node, pod: sim.silence_node(core, node),
+                     id="the Spot VM vanished: its node stops reporting, its pod still says Running"),
+        pytest.param(lambda core, ns, node, pod: sim.evict_for_pressure(core, ns, pod),
+                     id="the kubelet evicts the pod under memory pressure"),
+    ],
+)  # fmt: skip
+def test_peers_that_crash_before_the_disruption_shows_are_charged_to_the_preemption(
+    disrupt: Any,
+    operator: KopfRunner,
+    own_nodes: list[str],
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    # restartPolicy ExitCode makes exit 1 permanent: judged pod by pod, the job would fail outright.
+    jobs.create(split_gang("gke", own_nodes, restartPolicy="ExitCode"))
+    gang_of_attempt(jobs, "gke", 1, 3)
+    peers_crash(core, namespace, "gke")
+    watching = settling(jobs, "gke")
+    assert "gke-worker-" in watching["message"] and "exit code 1" in watching["message"]
+    assert status_of(jobs, "gke")["restarts"]["total"] == 0
+
+    disrupt(core, namespace, own_nodes[0], "gke-master-0")
+    status = restarted(jobs, "gke")
+    assert status["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+    assert status["lastRestart"]["reason"] == "Preempted"
+    assert "gke-master-0" in status["lastRestart"]["message"]
+    assert jobs.condition("gke", "Failed") is None
+    warnings = [e.reason for e in events_of(core, namespace, "gke") if e.type == "Warning"]
+    # The next Master may wait for a node (its own is going): that is news, not a failure.
+    assert [reason for reason in warnings if reason != "PodUnschedulable"] == ["Preempted"]
+
+
+def test_torchrun_exiting_1_after_its_workers_saved_a_checkpoint_is_a_preemption(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    jobs.create(gang_job("torchrun", workers=2, runPolicy={**SETTLE, "restartPolicy": "ExitCode"}))
+    gang_of_attempt(jobs, "torchrun", 1, 2)
+    saved = sim.trainer_outcome("PreemptedCheckpointSaved", "stopped and saved after step 41 (SIGTERM)", 41)
+    sim.end_pod(core, namespace, "torchrun-worker-0", exit_code=1, message=saved)
+    status = restarted(jobs, "torchrun")  # no settle window: the trainer said what happened
+    assert status["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+    assert "PreemptedCheckpointSaved, exit code 1" in status["lastRestart"]["message"]
+    assert "stopped and saved after step 41" in status["lastRestart"]["message"]
+
+
+def test_a_crash_with_nothing_disrupted_is_a_failure_whose_error_line_reaches_the_event_and_status(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    jobs.create(gang_job("crash", workers=2))  # settles 2 s
+    gang_of_attempt(jobs, "crash", 1, 2)
+    log = "\n".join(f"step {i}: loss {1 / (i + 1):.4f}" for i in range(300))
+    error = "PermissionError: [Errno 13] Permission denied: '/models/final.pt'"
+    sim.end_pod(
+        core,
+        namespace,
+        "crash-worker-1",
+        exit_code=1,
+        message=f"{log}\nTraceback (most recent call last):\n{error}",
+    )
+    status = restarted(jobs, "crash")
+    assert status["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}
+    assert status["lastRestart"]["message"].endswith(error)
+    assert len(status["lastRestart"]["message"]) < 800  # the tail, not the whole log
+    restart = next(e for e in events_of(core, namespace, "crash") if e.reason == "PodFailed")
+    assert restart.type == "Warning" and restart.message.endswith(error)
+    settled = next(e for e in events_of(core, namespace, "crash") if e.reason == "Settling")
+    assert "watching the gang for a disruption for up to 2s" in settled.message
+
+
+REFUSED_TEMPLATES = [
+    pytest.param([{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                 "spec.containers[0].env[", id="refused by the apiserver (422)"),
+    pytest.param([{"name": "A", "valueFrom": "x"}], "spec.containers[0].env[",
+                 id="refused by the client's schema check"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "field"), REFUSED_TEMPLATES)
+def test_a_pod_the_apiserver_refuses_makes_the_job_invalid_until_the_spec_is_fixed(
+    env: list[dict[str, Any]],
+    field: str,
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    job = pytorch_job("refused", workers=2)
+    job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]["env"] = env
+    jobs.create(job)
+    invalid = jobs.wait_condition("refused", "Invalid")
+    assert invalid["reason"] == "PodRefused" and field in invalid["message"]
+    assert "].valueFrom" in invalid["message"] and "is the variable 'A'" in invalid["message"]
+    assert status_of(jobs, "refused")["phase"] == "Invalid"
+    refusals = [e for e in events_of(core, namespace, "refused") if e.reason == "PodRefused"]
+    assert len(refusals) == 1 and refusals[0].type == "Warning" and field in refusals[0].message
+    assert jobs.pods("refused") == []
+
+    # As the message says: the fix goes in with a suspension (running pods cannot change), then resume.
+    replicas = job["spec"]["replicas"]
+    replicas[0]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "x"}]
+    jobs.patch("refused", {"spec": {"replicas": replicas, "runPolicy": {"suspend": True}}})
+    jobs.wait_condition("refused", "Invalid", status="False")
+    jobs.patch("refused", {"spec": {"runPolicy": {"suspend": False}}})
+    jobs.wait_condition("refused", "Running")
+    refusals = [e for e in events_of(core, namespace, "refused") if e.reason == "PodRefused"]
+    assert [e.count for e in refusals] == [1]  # said once: no retry loop
+
+
+def tensorflow_job(name: str, **run_policy: Any) -> dict[str, Any]:
+    """Chief, one Worker, one PS and an Evaluator, on fake GPU nodes."""
+    job = pytorch_job(name, workers=1, master=True, runPolicy={"failureSettleSeconds": 2, **run_policy})
+    template = job["spec"]["replicas"][0]["template"]
+    job["spec"]["framework"] = "TensorFlow"
+    job["spec"]["replicas"] = [{"role": role, "count": 1, "template": copy.deepcopy(template)}
+                               for role in ("Chief", "Worker", "PS", "Evaluator")]  # fmt: skip
+    for cpu_role in job["spec"]["replicas"][2:]:  # tier B has GPU nodes only: let PS and Evaluator on
+        cpu_role["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    return job
+
+
+def test_a_failed_evaluator_restarts_nothing_a_failed_ps_restarts_the_gang_and_all_workers_finish_it(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    jobs.create(tensorflow_job("tf", successPolicy="AllWorkers"))
+    gang_of_attempt(jobs, "tf", 1, 4)
+
+    sim.exit_pod(core, namespace, "tf-evaluator-0", exit_code=1)
+
+    def evaluator_failed() -> bool:
+        roles = {r["role"]: r for r in status_of(jobs, "tf").get("replicaStatuses", [])}
+        return roles.get("Evaluator", {}).get("failed") == 1
+
+    wait_for(evaluator_failed, "the Evaluator's failure in replicaStatuses")
+    status = status_of(jobs, "tf")
+    assert (status["attempt"], status["restarts"]["total"]) == (1, 0)
+
+    sim.exit_pod(core, namespace, "tf-ps-0", exit_code=1)
+    status = restarted(jobs, "tf")
+    assert status["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}
+    assert status["lastRestart"]["message"].startswith("pod tf-ps-0: Error, exit code 1")
+    gang_of_attempt(jobs, "tf", 2, 4)
+
+    sim.exit_pod(core, namespace, "tf-worker-0", exit_code=0)
+    done = jobs.wait_condition("tf", "Succeeded")
+    assert done["reason"] == "AllWorkersSucceeded"
+    # cleanPodPolicy Running: the PS, the Chief and the Evaluator, still serving, go.
+    assert [p.metadata.name for p in jobs.wait_pods("tf", 1)] == ["tf-worker-0"]

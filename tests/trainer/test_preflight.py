@@ -1,0 +1,108 @@
+"""The NCCL preflight's trainer side: the figures (nccl-tests' algbw/busbw), the transport read from
+NCCL's INFO log, the verdict, and a real 2-rank gloo sweep between local "pods" rendered by the operator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtjob_trainer.exit_codes import PREFLIGHT_FAILED
+from dtjob_trainer.preflight import Measurement, judge, transport_from_nccl_log
+
+from dtjob.preflight import PREFLIGHT_CONTAINER
+from tests.trainer.local_gang import local_job, rendered_pods, running
+
+# NCCL INFO lines as GKE's pages and public GKE lab write-ups show them (read 2026-11-23): a healthy
+# A3 High (TCPX plugin v3.1.x, "GPUDirectTCPX_v7"), A3 Mega (TCPXO "FasTrak"), A3 Ultra/A4 ("gIB", from
+# GKE's "Run NCCL on GKE" troubleshooting page), InfiniBand, and the silent fall-back to TCP sockets.
+RECORDED = {
+    "GPUDirectTCPX_v7": [
+        "gke-a3-0:41:98 [0] NCCL INFO NET/Plugin: Loaded net plugin GPUDirectTCPX_v7 (v7)",
+        "gke-a3-0:41:98 [0] NCCL INFO Using network GPUDirectTCPX_v7",
+        "gke-a3-0:41:98 [0] NCCL INFO NET/GPUDirectTCPX : GPUDirectTCPX enable: 1",
+    ],
+    "FasTrak": ["a3mega-0:77:120 [3] NCCL INFO Using network FasTrak",
+                "a3mega-0:77:120 [3] NCCL INFO Initializing network FasTrak, version: 1.0.17"],
+    "gIB": ["a3ultra-vm-0:606:642 [ 6 ] NCCL INFO Using network gIB",
+            "a3ultra-vm-0:606:642 [ 6 ] NCCL INFO NET/gIB : Initializing gIB v1.0.2"],
+    "IB": ["server3:15221:15221 [5] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB enp41s0f1:<0>"],
+    "Socket": [
+        "vm:3048391:3048566 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).",
+        "vm:3048391:3048566 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.6<0>",
+        "vm:3048391:3048566 [0] NCCL INFO Using network Socket",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("transport", RECORDED)
+def test_the_transport_is_read_from_nccls_info_log(transport: str) -> None:
+    assert transport_from_nccl_log(RECORDED[transport]) == transport
+
+
+def test_no_network_line_means_the_transport_is_unknown() -> None:
+    assert transport_from_nccl_log(["NCCL INFO cudaDriverVersion 12040", "NCCL version 2.20.5"]) is None
+
+
+def test_busbw_is_algbw_times_2_n_minus_1_over_n() -> None:
+    measured = Measurement(size_bytes=64 << 20, seconds=0.01, world_size=8)
+    assert measured.alg_bandwidth_gbps == pytest.approx(6.7108864)
+    assert measured.bus_bandwidth_gbps == pytest.approx(6.7108864 * 2 * 7 / 8)
+    assert (
+        Measurement(1 << 20, 0.001, 2).bus_bandwidth_gbps == Measurement(1 << 20, 0.001, 2).alg_bandwidth_gbps
+    )
+
+
+FAST = Measurement(size_bytes=64 << 20, seconds=0.001, world_size=16)  # ~126 GB/s busbw
+
+
+@pytest.mark.parametrize(
+    ("transport", "floor", "expected", "passed", "says"),
+    [
+        ("GPUDirectTCPX_v7", 10.0, "GPUDirectTCPX", True, "busbw 125.83 GB/s at 64 MiB over 16 ranks"),
+        ("Socket", None, "GPUDirectTCPX", False, "NCCL fell back to TCP sockets where the profile expects GPUDirectTCPX"),
+        ("Socket", None, None, True, "transport Socket"),
+        ("gIB", 1000.0, "gIB", False, "below the floor of 1000 GB/s"),
+        ("gloo", None, None, True, "transport gloo"),
+    ],
+)  # fmt: skip
+def test_the_verdict(
+    transport: str, floor: float | None, expected: str | None, passed: bool, says: str
+) -> None:
+    verdict = judge(FAST, transport, floor, expected)
+    assert verdict.passed is passed and says in verdict.message
+
+
+def preflight_pods(workdir: Path, **preflight: Any) -> list[dict[str, Any]]:
+    """The DDP example's pods, each running its dtj-preflight init container as its one container."""
+    job = local_job("ddp-digits.yaml", workdir)
+    job["spec"].setdefault("nccl", {})["preflight"] = {"enabled": True, **preflight}
+    pods = []
+    for pod in rendered_pods(job, 1):
+        init = next(c for c in pod["spec"]["initContainers"] if c["name"] == PREFLIGHT_CONTAINER)
+        pod["spec"]["containers"] = [{**init, "name": "trainer"}]
+        pods.append(pod)
+    return pods
+
+
+@pytest.mark.parametrize(
+    ("preflight", "code", "reason"),
+    [
+        pytest.param({}, 0, "PreflightPassed", id="gloo between two local pods passes with no floor"),
+        pytest.param({"minBusBandwidthGbps": 100000}, PREFLIGHT_FAILED, "PreflightFailed", id="an impossible floor fails"),
+    ],
+)  # fmt: skip
+def test_a_two_rank_sweep_reports_its_figures_and_every_rank_exits_with_the_verdict(
+    tmp_path: Path, preflight: dict[str, Any], code: int, reason: str
+) -> None:
+    with running(preflight_pods(tmp_path, **preflight), tmp_path) as gang:
+        codes = gang.wait_all(timeout=120)
+        messages = [gang.pod_named(suffix).termination_message() for suffix in ("worker-0", "worker-1")]
+    assert set(codes.values()) == {code}, gang.logs()
+    assert {m["reason"] for m in messages} == {reason}
+    rank0 = messages[0]
+    assert rank0["backend"] == "gloo" and rank0["transport"] == "gloo" and rank0["worldSize"] == 2
+    assert rank0["sizeBytes"] == 64 << 20 and rank0["busBandwidthGbps"] > 0
+    assert rank0["busBandwidthGbps"] == pytest.approx(rank0["algBandwidthGbps"])  # 2(n-1)/n = 1 for n = 2
+    assert json.dumps(messages[1]["busBandwidthGbps"]) == json.dumps(rank0["busBandwidthGbps"])  # agreed
