@@ -60,7 +60,10 @@ def render_markdown() -> str:
         "",
         "Problems CEL cannot see (inside the opaque pod template: a container without a name or image; "
         "`torch.nprocPerNode` above `accelerator.count`) set the `Invalid` condition instead; the job's pods are "
-        "left alone until the spec is fixed.",
+        "left alone until the spec is fixed. So does a pod the apiserver refuses (reason `PodRefused`, in the "
+        "apiserver's words), until the spec changes. A valid spec whose restarts could not resume (several "
+        "pods, no `checkpoint.volume`) gets the `CheckpointNotShared` condition and a Warning Event, and runs "
+        "(see fault-tolerance.md).",
         "",
         "## What each pod receives",
         "",

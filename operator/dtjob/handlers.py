@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import kopf
 
-from dtjob import metrics
+from dtjob import heap, metrics
 from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube import io, leader
 from dtjob.kube.nodes import NodeWatch
@@ -59,6 +59,7 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
+heap.limit_arenas()  # at import: before Kopf, the node watch and the pass pool start their threads
 Created = dict[str, tuple[datetime, dict[str, Any]]]
 """The pods a pass created that the pod watch had not delivered, by uid, with when they were created."""
 
@@ -89,6 +90,7 @@ class Runtime:
     acting: asyncio.Event = field(default_factory=asyncio.Event)
     leadership: leader.Leadership | None = None
     election: asyncio.Task[None] | None = None
+    heap_trimmer: asyncio.Task[None] | None = None
     nodes: NodeWatch | None = None
     nodes_synced: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -134,6 +136,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     if config.metrics_port:
         metrics.serve(config.metrics_port)
     runtime.nodes = _watch_nodes(runtime, kwargs["jobs_by_node"])  # Kopf passes indexes by name
+    runtime.heap_trimmer = asyncio.create_task(_trim_heap(), name="heap trimmer")
     runtime.leadership = leader.from_env()
     if runtime.leadership is None:
         runtime.acting.set()
@@ -149,9 +152,17 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
+    if runtime.heap_trimmer is not None:
+        runtime.heap_trimmer.cancel()
     if runtime.nodes is not None:
         runtime.nodes.stop()
     runtime.executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def _trim_heap() -> None:
+    while True:
+        await asyncio.sleep(heap.TRIM_EVERY_SECONDS)
+        heap.trim()
 
 
 def _watch_nodes(runtime: Runtime, jobs_by_node: kopf.Index[str, JobKey]) -> NodeWatch:
