@@ -39,8 +39,9 @@ lint: venv ## ruff, mypy --strict, import contracts, generated files up to date
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/dtjob crd --check
 
-crd: venv ## Regenerate crds/ from the API models
+crd: venv ## Regenerate crds/ from the API models, and the chart's copy
 	$(VENV)/bin/dtjob crd
+	cp crds/*.yaml helm/dtjob-operator/crds/
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q

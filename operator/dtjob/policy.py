@@ -214,6 +214,10 @@ def fault_of(pod: PodView, restart_policy: RestartPolicy) -> tuple[Fault, str]:
     """
     if pod.state == PodState.PREEMPTED:
         return Fault.PREEMPTION, ""
+    if _deleted_without_a_word(pod):  # whatever it exited with on its SIGTERM
+        if restart_policy == RestartPolicy.NEVER:
+            return Fault.PERMANENT, "restartPolicy Never"
+        return Fault.RETRYABLE, ""
     if pod.reason == PREEMPTED_CHECKPOINT_SAVED or pod.exit_code == TRAINER_CHECKPOINT_SAVED_EXIT_CODE:
         return Fault.PREEMPTION, "the trainer was stopped by SIGTERM and saved a checkpoint"
     if pod.reason in IMAGE_ERRORS:
@@ -254,7 +258,7 @@ def _on_abnormal_end(
     faults = [(pod, *fault_of(pod, policy.restart_policy)) for pod in ended]
     # A member deleted without a word stops its peers as a preemption would (on SIGTERM they save and
     # exit 200): then only Kubernetes' own word makes it a preemption, not the trainers'.
-    deleted = any(pod.state == PodState.LOST for pod in ended)
+    deleted = any(_deleted_without_a_word(pod) for pod in ended)
     preempted = [
         (pod, note)
         for pod, fault, note in faults
@@ -280,7 +284,8 @@ def _on_abnormal_end(
         # The network, not the code: failing fast beats restarting onto the same fabric (and is not
         # charged to backoffLimit).
         return Decision(Action.FAIL, Reason.PREFLIGHT_FAILED, _describe(preflight))
-    failed, fault, note = next((f for f in faults if f[1] == Fault.PERMANENT), faults[0])
+    root = next((f for f in faults if _deleted_without_a_word(f[0])), faults[0])
+    failed, fault, note = next((f for f in faults if f[1] == Fault.PERMANENT), root)
     cause = _describe(failed) + (f" ({note})" if note else "")
     if (settling := _settling(policy.failure_settle_seconds, status, ended, current, now)) is not None:
         message = (
@@ -299,6 +304,11 @@ def _on_abnormal_end(
     return Decision(
         Action.RESTART_GANG, Reason.POD_FAILED, cause, backoff_seconds(status.restarts.failures + 1)
     )
+
+
+def _deleted_without_a_word(pod: PodView) -> bool:
+    """Deleted (or gone) with no disruption condition: by a person or a controller, not by Kubernetes."""
+    return pod.state == PodState.LOST or (pod.terminating and pod.state != PodState.PREEMPTED)
 
 
 def _settling(

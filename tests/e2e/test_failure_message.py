@@ -14,8 +14,9 @@ from localcluster import Cluster
 from tests.integration.conftest import REPO, Jobs, running_operator
 
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
-# What the issue saw: a trainer that cannot write its model. The image runs as uid 1000.
-CRASH = "print('epoch 1: loss 0.52', flush=True); open('/etc/passwd', 'a')"
+# What the issue saw: a trainer that cannot write its model. The image runs as uid 1000. Everything on
+# stderr, as a crash's log is: the kubelet interleaves stdout and stderr in no guaranteed order.
+CRASH = "import sys; sys.stderr.write('epoch 1: loss 0.52\\n'); open('/etc/passwd', 'a')"
 ERROR_LINE = "PermissionError: [Errno 13] Permission denied: '/etc/passwd'"
 
 

@@ -48,7 +48,11 @@ def gang_of_attempt(
             return (pods,)
         return None
 
-    return wait_for(whole, f"{count} Running pods of attempt {attempt} of {name}", timeout=timeout)[0]
+    try:
+        return wait_for(whole, f"{count} Running pods of attempt {attempt} of {name}", timeout=timeout)[0]
+    except AssertionError as timed_out:
+        pods = [(p.metadata.name, p.metadata.labels[ATTEMPT_LABEL], p.status.phase) for p in jobs.pods(name)]
+        raise AssertionError(f"{timed_out}; pods {pods}; status {status_of(jobs, name)}") from None
 
 
 def status_of(jobs: Jobs, name: str) -> dict[str, Any]:

@@ -135,6 +135,8 @@ CASES = [
      [running(M), exited(W0, 1, message=SAVED_BY_TORCHRUN), running(W1)], None, Action.RESTART_GANG, Reason.PREEMPTED),
     ("a member deleted by hand makes its peers' checkpoint-saved stops a failure", ONE_AND_TWO,
      [running(M), deleting(running(W0)), exited(W1, 200)], {**CREATED, **SETTLED}, Action.RESTART_GANG, Reason.POD_FAILED),
+    ("a member deleted by hand is a failure even when it saved a checkpoint on its SIGTERM", ONE_AND_TWO,
+     [exited(M, 200), deleting(exited(W0, 200)), exited(W1, 200)], CREATED, Action.RESTART_GANG, Reason.POD_FAILED),
     ("an Evaluator's failure restarts nothing", TF_WITH_EVALUATOR,
      [running(TF["mnist-chief-0"]), running(TF["mnist-worker-0"]), exited(TF["mnist-evaluator-0"], 1)], CREATED,
      Action.WAIT, Reason.IN_PROGRESS),
