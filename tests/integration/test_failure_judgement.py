@@ -174,8 +174,11 @@ def tensorflow_job(name: str, **run_policy: Any) -> dict[str, Any]:
     job["spec"]["framework"] = "TensorFlow"
     job["spec"]["replicas"] = [{"role": role, "count": 1, "template": copy.deepcopy(template)}
                                for role in ("Chief", "Worker", "PS", "Evaluator")]  # fmt: skip
-    for cpu_role in job["spec"]["replicas"][2:]:  # tier B has GPU nodes only: let PS and Evaluator on
+    for cpu_role in job["spec"]["replicas"][2:]:
+        # PS and Evaluator need no GPU: keep them on kwok's GPU nodes (tier B has no other fake nodes),
+        # off the real node a tier-C test may have left registered, where no image would ever pull.
         cpu_role["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+        cpu_role["template"]["spec"]["nodeSelector"] = {"type": "kwok"}
     return job
 
 
