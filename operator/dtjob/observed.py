@@ -104,6 +104,12 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
 
+    @property
+    def deleted_by_hand(self) -> bool:
+        """Deleted (or gone) with no disruption condition: by a person or a controller, not by Kubernetes,
+        whatever it exited with on the SIGTERM that followed."""
+        return self.state == PodState.LOST or (self.terminating and self.state != PodState.PREEMPTED)
+
 
 @dataclass(frozen=True)
 class NodeView:

@@ -214,7 +214,7 @@ def fault_of(pod: PodView, restart_policy: RestartPolicy) -> tuple[Fault, str]:
     """
     if pod.state == PodState.PREEMPTED:
         return Fault.PREEMPTION, ""
-    if _deleted_without_a_word(pod):  # whatever it exited with on its SIGTERM
+    if pod.deleted_by_hand:
         if restart_policy == RestartPolicy.NEVER:
             return Fault.PERMANENT, "restartPolicy Never"
         return Fault.RETRYABLE, ""
@@ -258,7 +258,7 @@ def _on_abnormal_end(
     faults = [(pod, *fault_of(pod, policy.restart_policy)) for pod in ended]
     # A member deleted without a word stops its peers as a preemption would (on SIGTERM they save and
     # exit 200): then only Kubernetes' own word makes it a preemption, not the trainers'.
-    deleted = any(_deleted_without_a_word(pod) for pod in ended)
+    deleted = any(pod.deleted_by_hand for pod in ended)
     preempted = [
         (pod, note)
         for pod, fault, note in faults
@@ -284,7 +284,7 @@ def _on_abnormal_end(
         # The network, not the code: failing fast beats restarting onto the same fabric (and is not
         # charged to backoffLimit).
         return Decision(Action.FAIL, Reason.PREFLIGHT_FAILED, _describe(preflight))
-    root = next((f for f in faults if _deleted_without_a_word(f[0])), faults[0])
+    root = next((f for f in faults if f[0].deleted_by_hand), faults[0])
     failed, fault, note = next((f for f in faults if f[1] == Fault.PERMANENT), root)
     cause = _describe(failed) + (f" ({note})" if note else "")
     if (settling := _settling(policy.failure_settle_seconds, status, ended, current, now)) is not None:
@@ -304,11 +304,6 @@ def _on_abnormal_end(
     return Decision(
         Action.RESTART_GANG, Reason.POD_FAILED, cause, backoff_seconds(status.restarts.failures + 1)
     )
-
-
-def _deleted_without_a_word(pod: PodView) -> bool:
-    """Deleted (or gone) with no disruption condition: by a person or a controller, not by Kubernetes."""
-    return pod.state == PodState.LOST or (pod.terminating and pod.state != PodState.PREEMPTED)
 
 
 def _settling(

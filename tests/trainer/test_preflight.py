@@ -106,3 +106,18 @@ def test_a_two_rank_sweep_reports_its_figures_and_every_rank_exits_with_the_verd
     assert rank0["sizeBytes"] == 64 << 20 and rank0["busBandwidthGbps"] > 0
     assert rank0["busBandwidthGbps"] == pytest.approx(rank0["algBandwidthGbps"])  # 2(n-1)/n = 1 for n = 2
     assert json.dumps(messages[1]["busBandwidthGbps"]) == json.dumps(rank0["busBandwidthGbps"])  # agreed
+
+
+def test_the_operators_mirror_of_the_preflight_agrees_with_the_runtime() -> None:
+    """The operator does not import the trainer runtime: what it renders and reads must match it."""
+    from dtjob_trainer import preflight as runtime
+
+    from dtjob import preflight as operator
+
+    assert (operator.PASSED, operator.FAILED) == (runtime.PASSED, runtime.FAILED)
+    assert ("python", "-m", runtime.__name__) == operator.COMMAND
+    written = runtime.outcome(judge(FAST, "gloo", None, None), FAST, "gloo", "gloo", 1.0)
+    assert set(operator.RESULT_FIELDS) <= set(written)
+    assert operator.result_of(json.dumps(written)) == {
+        "passed": True, "message": written["message"], **{k: written[k] for k in operator.RESULT_FIELDS}
+    }  # fmt: skip
