@@ -19,7 +19,11 @@ kwok_version=v0.7.0
 coredns_version=v1.12.4
 helm_version=v3.19.5
 
-key() { cat "$here/gomod/$1/go.mod" "$here/gomod/$1/go.sum" | sha256sum | cut -c1-12; }
+key() {
+  # shellcheck disable=SC2046  # the overlay scripts' paths have no spaces
+  cat "$here/gomod/$1/go.mod" "$here/gomod/$1/go.sum" $(find "$here/gomod/$1" -name '*.sed' | sort) \
+    | sha256sum | cut -c1-12
+}
 outdir() { echo "$cache/bin/$1-$(key "$1")"; }
 
 # build TOOL LDFLAGS PACKAGE...: go build into the tool's cache dir unless its stamp exists.
@@ -36,8 +40,8 @@ build() {
   # A ticker on the terminal so a long cold build shows it is alive.
   (while sleep 60; do echo "[build] $tool: still building, $((SECONDS - start))s"; done) &
   local ticker=$!
-  if ! (cd "$here/gomod/$tool" && go mod download && go build -p "$jobs" -ldflags "$ldflags" -o "$out/" "$@") \
-      >"$out.log" 2>&1; then
+  if ! (cd "$here/gomod/$tool" && go mod download && patched "$tool" "$out" \
+      && go build -p "$jobs" -modfile "$out/build.mod" -ldflags "$ldflags" -o "$out/" "$@") >"$out.log" 2>&1; then
     kill "$ticker" 2>/dev/null
     echo "[build] $tool FAILED after $((SECONDS - start))s:"
     tail -n 30 "$out.log"
@@ -46,6 +50,27 @@ build() {
   kill "$ticker" 2>/dev/null
   touch "$out/.complete"
   echo "[build] $tool: done in $((SECONDS - start))s"
+}
+
+# patched TOOL OUT: OUT/build.mod, the tool's go.mod, with each module that has sed scripts under
+# gomod/TOOL/<module>@<version>/ replaced by a copy of it under OUT/src with the scripts applied (Go
+# refuses -overlay for files in the module cache). A script that changes nothing fails the build: the
+# upstream line it fixes has moved.
+patched() {
+  local tool=$1 out=$2 script rel rest module file dir copy
+  cp go.mod "$out/build.mod"; cp go.sum "$out/build.sum"
+  while IFS= read -r script; do
+    rel=${script#"$here/gomod/$tool/"}; rel=${rel%.sed}
+    rest=${rel#*@}; module="${rel%%@*}@${rest%%/*}"; file=${rest#*/}
+    dir=$(go mod download -json "$module" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    copy="$out/src/$module"
+    if [ ! -d "$copy" ]; then
+      mkdir -p "$copy"; cp -r "$dir/." "$copy/"; chmod -R u+w "$copy"
+      go mod edit -modfile "$out/build.mod" -replace "$module=$copy"
+    fi
+    sed -i -f "$script" "$copy/$file"
+    if cmp -s "$dir/$file" "$copy/$file"; then echo "patch $rel: the sed script changed nothing"; return 1; fi
+  done < <(find "$here/gomod/$tool" -name '*.sed' | sort)
 }
 
 build_k8s() {

@@ -4,7 +4,8 @@ Pure and deterministic: the same job and attempt give byte-identical objects, re
 apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
 
 - Labels: the template's, then the operator's (job name/uid, role, index, attempt) which win.
-  Annotations: the NCCL profile's, then the template's, which win.
+  Annotations: the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
+  CSI volume (the checkpoint's or the template's), then the template's, which win.
 - The container named "trainer", else the first one, receives env, ports, mounts and GPU resources,
   and terminationMessagePolicy FallbackToLogsOnError unless the template sets one: a trainer that
   crashes without writing a termination message gets its last log lines there instead, and restart
@@ -19,11 +20,15 @@ apply (apiVersion and kind set, no status). How the template is merged with what
   AIP_MODEL_DIR, AIP_TENSORBOARD_LOG_DIR; then, on GPU roles, the NCCL profile's variables, NCCL_DEBUG,
   TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch) and spec.nccl.env. The template's own entries follow in their
   order. A template entry with the same name as an injected one WINS for the tunables (AIP_* and all
-  NCCL-profile variables, LD_LIBRARY_PATH included) and is DROPPED for the rendezvous contract (DTJ_*,
-  the framework's variables, CLUSTER_SPEC): a pod with its own RANK would break the gang.
+  NCCL-profile variables) and is DROPPED for the rendezvous contract (DTJ_*, the framework's variables,
+  CLUSTER_SPEC): a pod with its own RANK would break the gang.
 - Volumes are merged by name, mounts by path, ports by number, init containers by name, tolerations by
   equality: what the template already has wins, so a template can replace /dev/shm or a profile's
-  volume. The nodeSelector keys for the accelerator and Spot are the operator's.
+  volume. The nodeSelector keys for the accelerator, Spot and the compact placement group are the
+  operator's.
+- On GPU roles, LD_LIBRARY_PATH is the network profile's library directories, then the template's own
+  value (else what CUDA images set: /usr/local/nvidia/lib:/usr/local/nvidia/lib64). Kubernetes cannot
+  see an image's environment: an image that needs more on it sets it in the template's env.
 """
 
 from __future__ import annotations
@@ -35,12 +40,17 @@ from typing import Any, Final
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
 from dtjob.names import TRAINER_CONTAINER, JobRef, job_labels, pod_labels, selector_labels, service_name
-from dtjob.nccl import nccl_env, profile
+from dtjob.nccl import PROFILES, library_path, nccl_env
 from dtjob.preflight import preflight_container
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+LIBRARY_PATH: Final = "LD_LIBRARY_PATH"
 ACCELERATOR_NODE_LABEL: Final = "cloud.google.com/gke-accelerator"
 SPOT_NODE_LABEL: Final = "cloud.google.com/gke-spot"
+PLACEMENT_GROUP_NODE_LABEL: Final = "cloud.google.com/gke-placement-group"
+# Cloud Storage FUSE: GKE injects its sidecar into a pod only with this annotation (docs/gke.md).
+GCSFUSE_DRIVER: Final = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_ANNOTATION: Final = "gke-gcsfuse/volumes"
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 SPOT_TOLERATION: Final = {
     "key": SPOT_NODE_LABEL,
@@ -96,7 +106,7 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
         container["terminationMessagePolicy"] = TERMINATION_MESSAGE_POLICY
     gpu_role = member.role in GPU_ROLES
 
-    container["env"] = merge_env(_injected_env(gang, member, gpu_role), container.get("env") or [])
+    container["env"] = merge_env(_injected_env(gang, member, gpu_role, container), container.get("env") or [])
     framework = wiring(spec.framework)
     _add_port(container, framework.port_name, framework.port(spec))
     if spec.shared_memory.enabled:
@@ -114,14 +124,17 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if gpu_role and spec.accelerator is not None:
         _wire_accelerator(pod_spec, container, spec)
-        network = profile(spec)
+        network = PROFILES[gang.network]
         annotations.update(network.annotations)
         _merge_by(pod_spec, "volumes", "name", network.volumes)
         _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
-        _merge_by(pod_spec, "initContainers", "name", network.sidecars)
+        sidecars = [{**s, "image": gang.daemon_image or s["image"]} for s in network.sidecars]
+        _merge_by(pod_spec, "initContainers", "name", sidecars)
     if spec.nccl.preflight.enabled:  # last: after the network's sidecars, on the fully wired trainer
-        _merge_by(pod_spec, "initContainers", "name", [preflight_container(spec, container)])
+        _merge_by(pod_spec, "initContainers", "name", [preflight_container(spec, gang.network, container)])
 
+    if any((v.get("csi") or {}).get("driver") == GCSFUSE_DRIVER for v in pod_spec.get("volumes") or []):
+        annotations[GCSFUSE_ANNOTATION] = "true"
     annotations.update(template_meta.get("annotations") or {})
     labels = {
         **(template_meta.get("labels") or {}),
@@ -157,7 +170,9 @@ def merge_env(
     return merged
 
 
-def _injected_env(gang: Gang, member: Member, gpu_role: bool) -> list[tuple[str, str, bool]]:
+def _injected_env(
+    gang: Gang, member: Member, gpu_role: bool, container: Mapping[str, Any]
+) -> list[tuple[str, str, bool]]:
     spec = gang.spec
     framework = wiring(spec.framework)
     contract = [
@@ -172,10 +187,17 @@ def _injected_env(gang: Gang, member: Member, gpu_role: bool) -> list[tuple[str,
     tunables = [(name, value) for name, value in vertex if name != "CLUSTER_SPEC"]
     contract += [(name, value) for name, value in vertex if name == "CLUSTER_SPEC"]
     if gpu_role:
-        tunables += nccl_env(spec)
-    return [(name, value, False) for name, value in contract] + [
+        tunables += nccl_env(spec, gang.network)
+    injected = [(name, value, False) for name, value in contract] + [
         (name, value, True) for name, value in tunables
     ]
+    template_value = next(
+        (e.get("value") for e in container.get("env") or [] if e.get("name") == LIBRARY_PATH), None
+    )
+    if gpu_role and (path := library_path(gang.network, template_value)) is not None:
+        # Not overridable: it already holds the template's value, after the profile's directories.
+        injected.append((LIBRARY_PATH, path, False))
+    return injected
 
 
 def _wire_accelerator(
@@ -184,6 +206,8 @@ def _wire_accelerator(
     assert spec.accelerator is not None
     selector = {**(pod_spec.get("nodeSelector") or {}), ACCELERATOR_NODE_LABEL: spec.accelerator.type}
     tolerations = [GPU_TOLERATION]
+    if spec.accelerator.placement_group:
+        selector[PLACEMENT_GROUP_NODE_LABEL] = spec.accelerator.placement_group
     if spec.accelerator.spot:
         selector[SPOT_NODE_LABEL] = "true"
         tolerations.append(SPOT_TOLERATION)

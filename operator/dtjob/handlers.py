@@ -288,7 +288,7 @@ async def reconcile_once(
     try:
         async with runtime.passes:
             plan, done, fresh = await asyncio.get_running_loop().run_in_executor(
-                runtime.executor, _pass, job, children, cached, unknown, now
+                runtime.executor, _pass, job, children, cached, unknown, now, runtime.config
             )
     except Exception as err:  # a failed pass must not kill the job's loop; it backs off and starts afresh
         memory.failures += 1
@@ -312,7 +312,7 @@ async def reconcile_once(
         memory.written = done.job or fresh
     if done.conflict:
         return 0.0
-    return _next_pass_in(plan, done.job or job)
+    return _next_pass_in(plan, done.job or job, awaiting_watch=bool(memory.created))
 
 
 def _pass(
@@ -321,11 +321,15 @@ def _pass(
     cached_nodes: list[dict[str, Any]],
     unknown_nodes: list[str],
     now: datetime,
+    config: OperatorSettings,
 ) -> tuple[Plan, io.Executed, dict[str, Any] | None]:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once."""
     # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
     nodes = cached_nodes + io.read_nodes(unknown_nodes)
-    plan = reconcile(job, children, now, nodes)
+    images = config.daemon_images
+    plan = reconcile(job, children, now, nodes, daemon_images=images)
+    if plan.read_networks:  # once an attempt, for jobs whose GPUDirect profile needs GKE Network objects
+        plan = reconcile(job, children, now, nodes, io.read_networks(), images)
     try:
         done = io.execute(job, plan)
     except io.Refused as refused:  # the spec cannot work: say so on the job instead of retrying
@@ -389,12 +393,16 @@ def _freshest(watched: dict[str, Any], written: dict[str, Any] | None) -> dict[s
     return written if newer else watched
 
 
-def _next_pass_in(plan: Plan, job: Mapping[str, Any]) -> float | None:
+def _next_pass_in(plan: Plan, job: Mapping[str, Any], awaiting_watch: bool = False) -> float | None:
+    """`awaiting_watch`: pods this operator created are not in the watch yet. One the watch never
+    delivers (deleted again at once: its ADDED and DELETED events came before the POST returned) is
+    forgotten after CREATED_MEMORY, and a pass then must see that it is gone."""
+    soon = CREATED_MEMORY.total_seconds() + 1 if awaiting_watch else RESYNC_SECONDS
     if plan.requeue_after is not None:
-        return max(0.0, min(plan.requeue_after, RESYNC_SECONDS))
-    if (job.get("status") or {}).get("phase") in FINISHED_PHASES:
+        return max(0.0, min(plan.requeue_after, soon))
+    if (job.get("status") or {}).get("phase") in FINISHED_PHASES and not awaiting_watch:
         return None  # a finished job costs nothing: only its TTL (a requeue_after) or an event wakes it
-    return RESYNC_SECONDS
+    return soon
 
 
 def _backoff(failures: int) -> float:

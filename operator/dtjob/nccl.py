@@ -3,7 +3,8 @@
 Values follow GKE's GPUDirect guides (shared/reference/platform-facts.md §3.3). Network names (vpc1..,
 gvnic-1, rdma-0..) are the ones those guides create; a cluster that names its networks differently
 overrides the annotation in the pod template (template annotations win). Without this plumbing NCCL
-silently falls back to TCP, 10-100x slower, so `Auto` picks the profile from the accelerator type.
+silently falls back to TCP, 10-100x slower; with it on a cluster that lacks the networks, the pods never
+start. So `Auto` picks a GPUDirect profile only where it can work (`choose`), and says why in status.nccl.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dtjob.api import DistributedTrainingJobSpec, Framework, NcclProfileName
+from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, Framework, NcclProfileName
 
 Env = tuple[tuple[str, str], ...]
 
@@ -21,6 +22,8 @@ Env = tuple[tuple[str, str], ...]
 @dataclass(frozen=True)
 class NetworkProfile:
     env: Env
+    library_path: tuple[str, ...] = ()
+    """Directories of the plugin and driver libraries, put first on the trainer's LD_LIBRARY_PATH."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[Mapping[str, Any], ...] = ()
     trainer_mounts: tuple[Mapping[str, Any], ...] = ()
@@ -36,6 +39,12 @@ class NetworkProfile:
     TCPXO ~188 GB/s, A3 Ultra/A4 RDMA ~330-350 GB/s (nccl-tests figures in
     shared/reference/platform-facts.md, read 2026-11-23)."""
 
+    @property
+    def networks(self) -> tuple[str, ...]:
+        """The GKE Network objects its interfaces annotation names, besides the pod network."""
+        interfaces = json.loads(self.annotations.get(INTERFACES_ANNOTATION, "[]"))
+        return tuple(i["network"] for i in interfaces if i["network"] != "default")
+
 
 AUTO_PROFILES: Final = {
     "nvidia-h100-80gb": NcclProfileName.GPUDIRECT_TCPX,  # A3 High
@@ -45,50 +54,82 @@ AUTO_PROFILES: Final = {
 }
 
 
-def _interfaces(networks: list[str]) -> dict[str, str]:
+INTERFACES_ANNOTATION: Final = "networking.gke.io/interfaces"
+# The GKE Network objects (cluster-scoped) that multi-network pods attach to; an admin creates them.
+NETWORK_GROUP: Final = "networking.gke.io"
+NETWORK_VERSION: Final = "v1"
+NETWORK_PLURAL: Final = "networks"
+# GPUDirect moves data between GPUs on different machines over the machine's own GPU NICs: A3/A4 VMs have
+# 8 GPUs, and only a pod that holds all of them gets all the NICs and the right NUMA bindings.
+FULL_MACHINE_GPUS: Final = 8
+# What images built on nvidia/cuda set, where GKE mounts the driver's libraries; used after the
+# profile's directories when the template sets no LD_LIBRARY_PATH (Kubernetes cannot see an image's env).
+IMAGE_LIBRARY_PATH: Final = ("/usr/local/nvidia/lib", "/usr/local/nvidia/lib64")
+
+
+def _interfaces(networks: list[str], first: int = 1) -> dict[str, str]:
+    """Pod network on eth0, then each named Network on eth<first>, eth<first+1>, ..."""
     interfaces = [{"interfaceName": "eth0", "network": "default"}] + [
-        {"interfaceName": f"eth{i}", "network": network} for i, network in enumerate(networks, start=1)
+        {"interfaceName": f"eth{i}", "network": network} for i, network in enumerate(networks, start=first)
     ]
     return {
         "networking.gke.io/default-interface": "eth0",
-        "networking.gke.io/interfaces": json.dumps(interfaces, separators=(",", ":")),
+        INTERFACES_ANNOTATION: json.dumps(interfaces, separators=(",", ":")),
     }
+
+
+def _gpu_devices(container: str, *extra: str) -> dict[str, str]:
+    """A daemon requests no GPU, so GKE injects the GPU devices it needs through this annotation."""
+    paths = [
+        *(f"/dev/nvidia{i}" for i in range(FULL_MACHINE_GPUS)),
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        *extra,
+    ]
+    return {f"devices.gke.io/container.{container}": "".join(f"- path: {path}\n" for path in paths)}
 
 
 def _host_path(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path}}
 
 
+# Where the GKE installers put the NCCL plugin (next to the driver's libraries), and where pods see it.
+NVIDIA_LIB_DIR: Final = "/usr/local/nvidia/lib64"
 _NVIDIA_LIBS = _host_path("dtj-nvidia-libs", "/home/kubernetes/bin/nvidia/lib64")
+_NVIDIA_LIBS_MOUNT: Final = {"name": "dtj-nvidia-libs", "mountPath": NVIDIA_LIB_DIR}
 _SYS = _host_path("dtj-sys", "/sys")
 _PROC_SYS = _host_path("dtj-proc-sys", "/proc/sys")
 _DAEMON_MOUNTS: Final = (
-    {"name": "dtj-nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
+    _NVIDIA_LIBS_MOUNT,
     {"name": "dtj-sys", "mountPath": "/hostsysfs"},
     {"name": "dtj-proc-sys", "mountPath": "/hostprocsysfs"},
 )
+_DAEMON_ENV: Final = ({"name": "LD_LIBRARY_PATH", "value": NVIDIA_LIB_DIR},)
 _TCPX_SOCKET_MOUNT: Final = {"name": "dtj-tcpx-socket", "mountPath": "/run/tcpx"}
-_TCPX_NICS = "eth1,eth2,eth3,eth4"
 
 TCP: Final = NetworkProfile(env=(("NCCL_SOCKET_IFNAME", "eth0"),))
 
+# A3 High. GoogleCloudPlatform/container-engine-accelerators gpudirect-tcpx/nccl-test-latest.yaml and
+# README.md "NCCL configs" at commit 98c85a6e (release of 2026-06-22), read 2026-11-23; the recipe's facts,
+# and where dtjob departs from them and why, are in tests/data/gke_recipes/gpudirect-tcpx.yaml and the
+# golden test tests/unit/test_gke_recipes.py.
 GPUDIRECT_TCPX: Final = NetworkProfile(
     env=(
         ("NCCL_SOCKET_IFNAME", "eth0"),
-        ("NCCL_CROSS_NIC", "0"),
-        ("NCCL_ALGO", "Ring"),
+        ("NCCL_ALGO", "Ring,Tree"),
         ("NCCL_PROTO", "Simple"),
-        ("NCCL_NSOCKS_PERTHREAD", "4"),
-        ("NCCL_SOCKET_NTHREADS", "1"),
+        ("NCCL_CROSS_NIC", "0"),
         ("NCCL_NET_GDR_LEVEL", "PIX"),
         ("NCCL_P2P_PXN_LEVEL", "0"),
-        ("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", _TCPX_NICS),
+        ("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", "eth1,eth2,eth3,eth4"),
         ("NCCL_GPUDIRECTTCPX_CTRL_DEV", "eth0"),
         ("NCCL_DYNAMIC_CHUNK_SIZE", "524288"),
         ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
         ("NCCL_P2P_PCI_CHUNKSIZE", "524288"),
         ("NCCL_P2P_NVL_CHUNKSIZE", "1048576"),
         ("NCCL_BUFFSIZE", "4194304"),
+        ("NCCL_NSOCKS_PERTHREAD", "4"),
+        ("NCCL_SOCKET_NTHREADS", "1"),
         (
             "NCCL_GPUDIRECTTCPX_TX_BINDINGS",
             "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177",
@@ -97,25 +138,26 @@ GPUDIRECT_TCPX: Final = NetworkProfile(
             "NCCL_GPUDIRECTTCPX_RX_BINDINGS",
             "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191",
         ),
-        ("NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS", "50000"),
+        ("NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS", "500000"),
+        # The daemon's socket directory, where the trainer mounts it (the recipe mounts it over /tmp).
         ("NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX", "/run/tcpx"),
-        ("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
     ),
-    annotations=_interfaces(["vpc1", "vpc2", "vpc3", "vpc4"]),
-    volumes=(_NVIDIA_LIBS, _SYS, _PROC_SYS, {"name": "dtj-tcpx-socket", "emptyDir": {}}),
-    trainer_mounts=(_TCPX_SOCKET_MOUNT,),
+    library_path=(NVIDIA_LIB_DIR,),
+    annotations={**_interfaces(["vpc1", "vpc2", "vpc3", "vpc4"]), **_gpu_devices("tcpx-daemon")},
+    volumes=(_NVIDIA_LIBS, _SYS, _PROC_SYS, _host_path("dtj-tcpx-socket", "/run/tcpx")),
+    trainer_mounts=(_NVIDIA_LIBS_MOUNT, _TCPX_SOCKET_MOUNT),
     sidecars=(
         {
             "name": "tcpx-daemon",
-            "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.9",
+            "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.15",
             "restartPolicy": "Always",
-            "command": ["/tcpgpudmarxd/build/app/tcpgpudmarxd"],
-            "args": [
-                *("--gpu_nic_preset", "a3vm", "--gpu_shmem_type", "fd"),
-                *("--uds_path", "/run/tcpx", "--setup_param", "--verbose 128 2 0"),
+            "command": [
+                "/tcpgpudmarxd/build/app/tcpgpudmarxd",
+                *("--gpu_nic_preset", "a3vm", "--gpu_shmem_type", "fd", "--uds_path", "/run/tcpx"),
+                *("--setup_param", '\\"--verbose 128 2 0 \\"'),
             ],
-            "securityContext": {"privileged": True},
-            "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
+            "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
+            "env": list(_DAEMON_ENV),
             "volumeMounts": [*_DAEMON_MOUNTS, _TCPX_SOCKET_MOUNT],
         },
     ),
@@ -123,16 +165,22 @@ GPUDIRECT_TCPX: Final = NetworkProfile(
     preflight_floor_gbps=10.0,
 )
 
-_TCPXO_LIBS = "/usr/local/nvidia/lib64"
+# A3 Mega. container-engine-accelerators gpudirect-tcpxo/README.md "NCCL configs" (release of 2026-01-09,
+# commit 0a2b482e) and nccl-test-latest.yaml (commit ced6fa74), read 2026-11-23. The env is what the
+# installer's nccl-env-profile.sh sets, with the README's lib directory replaced by where pods see it, as
+# it asks; a trainer that sources "$DTJ_NCCL_ENV_SCRIPT" gets the installed plugin's own values instead.
 GPUDIRECT_TCPXO: Final = NetworkProfile(
     env=(
-        ("NCCL_FASTRAK_CTRL_DEV", "eth0"),
+        ("NCCL_LIB_DIR", NVIDIA_LIB_DIR),
+        ("DTJ_NCCL_ENV_SCRIPT", f"{NVIDIA_LIB_DIR}/nccl-env-profile.sh"),
         ("NCCL_FASTRAK_IFNAME", "eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8"),
+        ("NCCL_FASTRAK_CTRL_DEV", "eth0"),
         ("NCCL_SOCKET_IFNAME", "eth0"),
         ("NCCL_CROSS_NIC", "0"),
-        ("NCCL_ALGO", "Ring,Tree"),
-        ("NCCL_PROTO", "Simple"),
+        ("NCCL_PROTO", "Simple,LL128"),
         ("NCCL_MIN_NCHANNELS", "4"),
+        # The plugin's guest config checker aborts any workload without it (README, 2025-08-21 on).
+        ("NCCL_NVLSTREE_MAX_CHUNKSIZE", "131072"),
         ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
         ("NCCL_P2P_PCI_CHUNKSIZE", "524288"),
         ("NCCL_P2P_NVL_CHUNKSIZE", "1048576"),
@@ -144,37 +192,36 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
         ("NCCL_NET_GDR_LEVEL", "PIX"),
         ("NCCL_FASTRAK_ENABLE_HOTPATH_LOGGING", "0"),
         ("NCCL_TUNER_PLUGIN", "libnccl-tuner.so"),
-        ("NCCL_TUNER_CONFIG_PATH", f"{_TCPXO_LIBS}/a3plus_tuner_config.textproto"),
-        ("NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE", f"{_TCPXO_LIBS}/a3plus_guest_config.textproto"),
+        ("NCCL_TUNER_CONFIG_PATH", f"{NVIDIA_LIB_DIR}/a3plus_tuner_config.textproto"),
+        ("NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE", f"{NVIDIA_LIB_DIR}/a3plus_guest_config.textproto"),
         ("NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS", "600000"),
-        ("NCCL_NVLS_ENABLE", "0"),
+        ("NCCL_NVLS_ENABLE", "1"),
+        ("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV,COLL,GRAPH"),
+        ("NCCL_NET_PLUGIN_TELEMETRY_MODE", "0"),
         ("NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY", "/dev/aperture_devices"),
-        ("LD_LIBRARY_PATH", _TCPXO_LIBS),
     ),
+    library_path=(NVIDIA_LIB_DIR,),
     annotations={
         **_interfaces([f"vpc{i}" for i in range(1, 9)]),
-        # The daemon requests no GPU, so GKE injects the GPU devices it needs through this annotation.
-        "devices.gke.io/container.tcpxo-daemon": "".join(
-            f"- path: {path}\n"
-            for path in [
-                *(f"/dev/nvidia{i}" for i in range(8)),
-                "/dev/nvidiactl",
-                "/dev/nvidia-uvm",
-                "/dev/dmabuf_import_helper",
-            ]
-        ),
+        **_gpu_devices("tcpxo-daemon", "/dev/dmabuf_import_helper"),
     },
     volumes=(_NVIDIA_LIBS, _SYS, _PROC_SYS, _host_path("dtj-aperture-devices", "/dev/aperture_devices")),
-    trainer_mounts=({"name": "dtj-aperture-devices", "mountPath": "/dev/aperture_devices"},),
+    trainer_mounts=(
+        _NVIDIA_LIBS_MOUNT,
+        {"name": "dtj-aperture-devices", "mountPath": "/dev/aperture_devices"},
+    ),
     sidecars=(
         {
             "name": "tcpxo-daemon",
-            "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.9",
+            # Coupled to the plugin the admin's nccl-tcpxo-installer put on the node: pin the pair.
+            "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21",
             "restartPolicy": "Always",
-            "command": ["/fts/entrypoint_rxdm_container.sh"],
-            "args": ["--num_hops=2", "--num_nics=8", "--uid=", "--alsologtostderr"],
+            "command": ["/bin/sh", "-c"],
+            "args": [
+                "set -ex\nchmod 755 /fts/entrypoint_rxdm_container.sh\n/fts/entrypoint_rxdm_container.sh --num_hops=2\n"
+            ],
             "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
-            "env": [{"name": "LD_LIBRARY_PATH", "value": _TCPXO_LIBS}],
+            "env": list(_DAEMON_ENV),
             "volumeMounts": list(_DAEMON_MOUNTS),
         },
     ),
@@ -182,15 +229,25 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
     preflight_floor_gbps=20.0,
 )
 
+# A3 Ultra and A4. container-engine-accelerators gpudirect-rdma/nccl-test.yaml (commit 0920249d: rdma-0..7
+# on eth2..eth9, no gvnic-1), read 2026-11-23. The recipe's shell sources set_nccl_env.sh; NCCL_NET and
+# NCCL_SOCKET_IFNAME are dtjob's, for a trainer that does not (GKE's RDMA guide exports NCCL_NET=gIB).
 RDMA: Final = NetworkProfile(
     env=(
         ("NCCL_NET", "gIB"),
-        ("NCCL_SOCKET_IFNAME", "eth0,eth1"),
-        ("LD_LIBRARY_PATH", "/usr/local/gib/lib64:/usr/local/nvidia/lib64"),
+        ("NCCL_SOCKET_IFNAME", "eth0"),
+        ("DTJ_NCCL_ENV_SCRIPT", "/usr/local/gib/scripts/set_nccl_env.sh"),
     ),
-    annotations=_interfaces(["gvnic-1", *(f"rdma-{i}" for i in range(8))]),
-    volumes=(_host_path("dtj-gib", "/home/kubernetes/bin/gib"),),
-    trainer_mounts=({"name": "dtj-gib", "mountPath": "/usr/local/gib"},),
+    library_path=(NVIDIA_LIB_DIR,),
+    annotations=_interfaces([f"rdma-{i}" for i in range(8)], first=2),
+    volumes=(
+        _host_path("dtj-nvidia-dir", "/home/kubernetes/bin/nvidia"),
+        _host_path("dtj-gib", "/home/kubernetes/bin/gib"),
+    ),
+    trainer_mounts=(
+        {"name": "dtj-nvidia-dir", "mountPath": "/usr/local/nvidia"},
+        {"name": "dtj-gib", "mountPath": "/usr/local/gib"},
+    ),
     transport="gIB",
     preflight_floor_gbps=30.0,
 )
@@ -203,23 +260,93 @@ PROFILES: Final = {
 }
 
 
-def profile_name(spec: DistributedTrainingJobSpec) -> NcclProfileName:
+@dataclass(frozen=True)
+class NetworkChoice:
+    """The profile an attempt's pods get, and why (status.nccl keeps both)."""
+
+    profile: NcclProfileName
+    reason: str
+    degraded: bool = False
+    """TCP although the machines have a GPUDirect network, only for want of the cluster's Networks:
+    NCCL then runs 10-100x slower than it could (a Warning Event says so)."""
+
+
+def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
+    """The profile the spec asks for: its own, or for Auto the one its accelerator type's machines have."""
     if spec.nccl.profile != NcclProfileName.AUTO:
         return spec.nccl.profile
     accelerator_type = spec.accelerator.type if spec.accelerator else ""
     return AUTO_PROFILES.get(accelerator_type, NcclProfileName.TCP)
 
 
-def profile(spec: DistributedTrainingJobSpec) -> NetworkProfile:
-    return PROFILES[profile_name(spec)]
+def needs_networks(spec: DistributedTrainingJobSpec) -> bool:
+    """Whether choosing needs to know which Network objects the cluster has."""
+    return spec.accelerator is not None and bool(PROFILES[candidate(spec)].networks)
 
 
-def nccl_env(spec: DistributedTrainingJobSpec) -> Env:
+def gpu_pods(spec: DistributedTrainingJobSpec) -> int:
+    return sum(spec.replica(role).count for role in spec.roles() if role in GPU_ROLES)
+
+
+def choose(spec: DistributedTrainingJobSpec, cluster_networks: frozenset[str]) -> NetworkChoice:
+    """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all 8 of its
+    GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), and the Network objects
+    its interfaces attach to present in the cluster. Anything else is TCP, with the reason. An explicit
+    profile is taken as it is (`missing_networks` tells whether it can start)."""
+    wanted = candidate(spec)
+    if spec.nccl.profile != NcclProfileName.AUTO:
+        return NetworkChoice(wanted, f"spec.nccl.profile is {wanted}")
+    accelerator = spec.accelerator
+    if accelerator is None:
+        return NetworkChoice(NcclProfileName.TCP, "no accelerator: no GPU network to set up")
+    if wanted == NcclProfileName.TCP:
+        return NetworkChoice(NcclProfileName.TCP, f"{accelerator.type} machines have no GPUDirect network")
+    fallback = f"TCP instead of {wanted} on {accelerator.type}"
+    if accelerator.count != FULL_MACHINE_GPUS:
+        return NetworkChoice(
+            NcclProfileName.TCP,
+            f"{fallback}: each pod asks for {accelerator.count} GPUs, GPUDirect needs the whole machine "
+            f"({FULL_MACHINE_GPUS}, accelerator.count)",
+        )
+    if (pods := gpu_pods(spec)) < 2:
+        return NetworkChoice(
+            NcclProfileName.TCP, f"{fallback}: {pods} GPU pod, whose GPUs talk over NVLink without a network"
+        )
+    if missing := missing_networks(wanted, cluster_networks):
+        return NetworkChoice(
+            NcclProfileName.TCP,
+            f"{fallback}: the cluster lacks the Network objects ({NETWORK_GROUP}) {', '.join(missing)} "
+            "that its interfaces attach to (see docs/gke.md)",
+            degraded=True,
+        )
+    networks = PROFILES[wanted].networks
+    return NetworkChoice(
+        wanted,
+        f"{pods} pods of {FULL_MACHINE_GPUS} {accelerator.type} GPUs, Networks {networks[0]}..{networks[-1]} "
+        "present",
+    )
+
+
+def missing_networks(name: NcclProfileName, cluster_networks: frozenset[str]) -> tuple[str, ...]:
+    return tuple(n for n in PROFILES[name].networks if n not in cluster_networks)
+
+
+def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName) -> Env:
     """The profile's variables, NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
-    env = dict(profile(spec).env)
+    env = dict(PROFILES[name].env)
     env["NCCL_DEBUG"] = spec.nccl.debug.value
     if spec.framework == Framework.PYTORCH:
         # A lost peer becomes an error that ends the process (and so restarts the gang), not a hang.
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     env.update((e.name, e.value) for e in spec.nccl.env)
     return tuple(env.items())
+
+
+def library_path(name: NcclProfileName, template_value: str | None) -> str | None:
+    """LD_LIBRARY_PATH: the profile's directories, then the template's value (else what CUDA images set),
+    without repeats; None when the profile needs none."""
+    first = PROFILES[name].library_path
+    if not first:
+        return None
+    rest = template_value.split(":") if template_value else list(IMAGE_LIBRARY_PATH)
+    return ":".join(dict.fromkeys(d for d in [*first, *rest] if d))

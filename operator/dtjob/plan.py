@@ -25,19 +25,28 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from dtjob.api import CleanPodPolicy, ConditionType, DistributedTrainingJobSpec, JobStatus, parse_job
+from dtjob.api import (
+    CleanPodPolicy,
+    ConditionType,
+    DistributedTrainingJobSpec,
+    JobStatus,
+    NcclChoice,
+    NcclProfileName,
+    parse_job,
+)
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
 from dtjob.desired import render_pod, render_service
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
+from dtjob.nccl import NETWORK_GROUP, NetworkChoice, choose, missing_networks, needs_networks
 from dtjob.observed import ACTIVE_STATES, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
 from dtjob.status import (
@@ -55,6 +64,8 @@ __all__ = ["Delete", "Event", "Plan", "Relabel", "dump_status", "read_status", "
 # Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
 # current attempt's pods drift back when edited.
 KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT})
+# How soon a job Invalid for want of its profile's Network objects looks for them again.
+NETWORKS_RECHECK_SECONDS: Final = 30.0
 # Delete with no grace: the pod object goes at once, for one no kubelet will ever finish.
 FORCE: Final = 0
 # A status can hold only so many entries this version does not know; past that it is read as none.
@@ -94,6 +105,8 @@ class Plan:
     """The whole new status, or None when it equals the job's current one."""
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
+    read_networks: bool = False
+    """Nothing else is planned: decide again with the cluster's Network objects (nccl.choose needs them)."""
     requeue_after: float | None = None
     """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout, a grace on a
     pod running out); 0 when the next pass has work already (the teardown after a restart is recorded)."""
@@ -104,9 +117,13 @@ def reconcile(
     children: Sequence[Mapping[str, Any]],
     now: datetime,
     nodes: Sequence[Mapping[str, Any]] | None = None,
+    networks: frozenset[str] | None = None,
+    daemon_images: Mapping[NcclProfileName, str] | None = None,
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
-    them no node is judged lost and no pod stuck."""
+    them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
+    objects, when a Plan asked for them (read_networks). `daemon_images`: the operator's GPUDirect daemon
+    images by profile (settings)."""
     ref = JobRef.of(job)
     generation = job["metadata"].get("generation")
     old = read_status(job.get("status"))
@@ -117,13 +134,28 @@ def reconcile(
     if problems := semantic_problems(spec):
         return _invalid(old, "\n".join(problems), now, generation)
 
-    gang = Gang.of(ref, spec, old.attempt)
+    recorded = old.nccl if old.nccl is not None and old.nccl.attempt == old.attempt else None
+    chosen: NetworkChoice | None = None
+    if _chooses_network(spec) and recorded is None:
+        if networks is None and needs_networks(spec):
+            return Plan(read_networks=True)
+        chosen = choose(spec, networks or frozenset())
+        if (missing := _networks_missing(spec, chosen, networks or frozenset())) is not None:
+            # Not the spec's fault alone: an admin may create the Networks. Look again before long.
+            return replace(_invalid(old, missing, now, generation), requeue_after=NETWORKS_RECHECK_SECONDS)
+    network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
+    gang = Gang.of(ref, spec, old.attempt, network, daemon_images)
     observed = observe(children, now, nodes)
     if _pods_refused(old, generation):
         live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
         return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live])
     decision = decide(spec, old, gang, observed, now)
     new = next_status(old, gang, observed, decision, now, generation)
+    events = transition_events(old, new)
+    if chosen is not None:
+        record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)
+        new = new.model_copy(update={"nccl": record})
+        events.append(_network_event(old.attempt, chosen))
     deletes = _deletes(decision, gang.attempt, observed, old, spec)
     service, pods, relabel = _writes(decision, gang, observed)
     return Plan(
@@ -132,10 +164,38 @@ def reconcile(
         relabel=relabel,
         delete=[delete for delete, _ in deletes],
         status=_changed(old, new),
-        events=transition_events(old, new) + [event for _, event in deletes if event is not None],
+        events=events + [event for _, event in deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
         requeue_after=_requeue_after(decision, spec, observed, now),
     )
+
+
+def _chooses_network(spec: DistributedTrainingJobSpec) -> bool:
+    """Whether the job's GPU pods get a network chosen for each attempt (kept in status.nccl): Auto, or
+    an explicit profile whose Network objects must exist. Not for CPU jobs or an explicit TCP."""
+    return spec.accelerator is not None and (
+        spec.nccl.profile == NcclProfileName.AUTO or needs_networks(spec)
+    )
+
+
+def _networks_missing(
+    spec: DistributedTrainingJobSpec, chosen: NetworkChoice, networks: frozenset[str]
+) -> str | None:
+    """Why an explicit profile cannot start here: the cluster lacks its Network objects (Auto falls back)."""
+    missing = missing_networks(chosen.profile, networks)
+    if spec.nccl.profile == NcclProfileName.AUTO or not missing:
+        return None
+    return (
+        f"spec.nccl.profile: {chosen.profile} attaches each pod to the GKE Network objects "
+        f"({NETWORK_GROUP}/v1) {', '.join(missing)}, which this cluster lacks. An admin creates them "
+        f"(docs/gke.md; this job looks again every {NETWORKS_RECHECK_SECONDS:.0f}s); or use profile Auto, "
+        "which falls back to TCP without them"
+    )
+
+
+def _network_event(attempt: int, chosen: NetworkChoice) -> Event:
+    message = f"attempt {attempt}: NCCL profile {chosen.profile}: {chosen.reason}"
+    return Event("Warning" if chosen.degraded else "Normal", "NetworkChosen", message)
 
 
 def read_status(raw: Mapping[str, Any] | None) -> JobStatus:

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dtjob.api import DistributedTrainingJobSpec
-from dtjob.nccl import profile
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.nccl import PROFILES
 
 PREFLIGHT_CONTAINER: Final = "dtj-preflight"
 COMMAND: Final = ("python", "-m", "dtjob_trainer.preflight")
@@ -26,19 +26,21 @@ RESULT_FIELDS: Final = (
 )  # fmt: skip
 
 
-def floor_gbps(spec: DistributedTrainingJobSpec) -> float | None:
+def floor_gbps(spec: DistributedTrainingJobSpec, network: NcclProfileName) -> float | None:
     """The busbw floor: the spec's, else the network profile's (none without an accelerator: gloo)."""
     if spec.nccl.preflight.min_bus_bandwidth_gbps is not None:
         return spec.nccl.preflight.min_bus_bandwidth_gbps
-    return profile(spec).preflight_floor_gbps if spec.accelerator is not None else None
+    return PROFILES[network].preflight_floor_gbps if spec.accelerator is not None else None
 
 
-def preflight_container(spec: DistributedTrainingJobSpec, trainer: Mapping[str, Any]) -> dict[str, Any]:
+def preflight_container(
+    spec: DistributedTrainingJobSpec, network: NcclProfileName, trainer: Mapping[str, Any]
+) -> dict[str, Any]:
     """The init container, from the trainer container as rendered (its env holds the rendezvous)."""
     settings = [("DTJ_PREFLIGHT_BUDGET_SECONDS", str(spec.nccl.preflight.budget_seconds))]
-    if (floor := floor_gbps(spec)) is not None:
+    if (floor := floor_gbps(spec, network)) is not None:
         settings.append(("DTJ_PREFLIGHT_MIN_BUS_BANDWIDTH_GBPS", f"{floor:g}"))
-    if spec.accelerator is not None and (transport := profile(spec).transport) is not None:
+    if spec.accelerator is not None and (transport := PROFILES[network].transport) is not None:
         settings.append(("DTJ_PREFLIGHT_EXPECTED_TRANSPORT", transport))
     container: dict[str, Any] = {
         "name": PREFLIGHT_CONTAINER,

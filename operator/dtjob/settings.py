@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
+
+from dtjob.api import NcclProfileName
+
+# Env variables naming a GPUDirect daemon image, by the profile that runs it (the chart's nccl.daemonImages).
+DAEMON_IMAGE_VARIABLES: Final = {
+    NcclProfileName.GPUDIRECT_TCPX: "DTJOB_TCPX_DAEMON_IMAGE",
+    NcclProfileName.GPUDIRECT_TCPXO: "DTJOB_TCPXO_DAEMON_IMAGE",
+}
 
 DEFAULT_MAX_CONCURRENT_PASSES: Final = 8
 DEFAULT_API_QPS: Final = 100.0
@@ -20,6 +29,8 @@ class OperatorSettings:
     api_burst: int = DEFAULT_API_BURST
     """API calls that may go out at once before `api_qps` spaces them."""
     metrics_port: int | None = None
+    daemon_images: Mapping[NcclProfileName, str] = field(default_factory=dict)
+    """The GPUDirect daemons' images by profile, instead of the profiles' (a job's nccl.daemonImage wins)."""
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
@@ -46,4 +57,7 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         api_qps=number("DTJOB_API_QPS", DEFAULT_API_QPS, 0.001, float),
         api_burst=int(number("DTJOB_API_BURST", DEFAULT_API_BURST, 1, int)),
         metrics_port=int(port) if port else None,
+        daemon_images={
+            name: image for name, variable in DAEMON_IMAGE_VARIABLES.items() if (image := env.get(variable))
+        },
     )

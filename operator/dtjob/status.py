@@ -178,6 +178,7 @@ def next_status(
         restarts=restarts,
         last_restart=last_restart,
         preflight=preflight,
+        nccl=old.nccl,
         broken_since=broken_since,
         start_time=start_time,
         completion_time=completion_time,

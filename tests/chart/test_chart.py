@@ -57,6 +57,7 @@ def test_the_charts_crds_are_byte_identical_to_the_generated_ones() -> None:
         "apiQPS=fast",
         "apiBurst=0",
         "maxConcurrentPasses=0",
+        "nccl.daemonImages.tcpxx=r/d:1",
     ],
 )
 def test_the_values_schema_rejects_unknown_or_invalid_values(bad: str) -> None:
@@ -165,3 +166,18 @@ def test_throughput_values_reach_the_operator_environment(
 ) -> None:
     env = container_env(render(*sets))
     assert tuple(env[name] for name in THROUGHPUT_ENV) == expected
+
+
+def test_daemon_image_values_reach_the_operator_environment_only_when_set() -> None:
+    assert not {"DTJOB_TCPX_DAEMON_IMAGE", "DTJOB_TCPXO_DAEMON_IMAGE"} & set(container_env(render()))
+    env = container_env(render("nccl.daemonImages.tcpxo=registry.example/tcpgpudmarxd-dev:v1.0.23"))
+    assert env["DTJOB_TCPXO_DAEMON_IMAGE"] == "registry.example/tcpgpudmarxd-dev:v1.0.23"
+    assert "DTJOB_TCPX_DAEMON_IMAGE" not in env
+
+
+def test_the_operator_may_list_gke_networks_and_nothing_more_of_them() -> None:
+    rules = by_kind(render(), "ClusterRole")[0]["rules"]
+    network_rules = [r for r in rules if "networking.gke.io" in r["apiGroups"]]
+    assert network_rules == [
+        {"apiGroups": ["networking.gke.io"], "resources": ["networks"], "verbs": ["list"]}
+    ]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dtjob.desired import render_children
+from dtjob.nccl import PROFILES
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 UID = "11111111-2222-3333-4444-555555555555"
@@ -52,6 +53,10 @@ def manifest(
 
 def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     return {**job, "status": status}
+
+
+# Every Network object the GPUDirect profiles attach to: a GKE cluster set up as Google's guides do.
+GKE_NETWORKS = frozenset(network for profile in PROFILES.values() for network in profile.networks)
 
 
 def pods_of(job: dict[str, Any], attempt: int = 1) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob.desired import render_children
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.desired import render_children, render_pod
+from dtjob.frameworks import Gang
+from dtjob.names import JobRef
+from dtjob.nccl import GPUDIRECT_TCPXO
 from tests.unit.builders import UID, container, manifest, template
 
 SVC = "mnist.team-a.svc"
@@ -68,13 +72,13 @@ def test_a_master_and_three_workers_get_the_exact_pytorch_env(
 
 
 def test_worker_zero_is_rank_zero_and_master_addr_of_a_worker_only_job() -> None:
-    cluster = {"workerpool1": [f"mnist-worker-{i}.{SVC}:29500" for i in range(2)]}
+    cluster = {"workerpool0": [f"mnist-worker-0.{SVC}:29500"], "workerpool1": [f"mnist-worker-1.{SVC}:29500"]}
     rendered = pods(manifest(("Worker", 2)))
     assert env(rendered["mnist-worker-0"]) == torch_env(
-        0, 2, f"mnist-worker-0.{SVC}", "Worker", 0, spec_json(cluster, "workerpool1", 0)
+        0, 2, f"mnist-worker-0.{SVC}", "Worker", 0, spec_json(cluster, "workerpool0", 0)
     )
     assert env(rendered["mnist-worker-1"]) == torch_env(
-        1, 2, f"mnist-worker-0.{SVC}", "Worker", 1, spec_json(cluster, "workerpool1", 1)
+        1, 2, f"mnist-worker-0.{SVC}", "Worker", 1, spec_json(cluster, "workerpool1", 0)
     )
 
 
@@ -132,8 +136,8 @@ def test_template_env_wins_for_tunables_and_is_dropped_for_the_rendezvous_contra
     job = manifest({"role": "Worker", "count": 1, "template": template(container(env=user_env))},
                    output={"modelDir": "gs://b/model"})  # fmt: skip
     names = env(pods(job)["mnist-worker-0"])
-    cluster = {"workerpool1": [f"mnist-worker-0.{SVC}:29500"]}
-    injected = [e for e in torch_env(0, 1, f"mnist-worker-0.{SVC}", "Worker", 0, spec_json(cluster, "workerpool1", 0))
+    cluster = {"workerpool0": [f"mnist-worker-0.{SVC}:29500"]}
+    injected = [e for e in torch_env(0, 1, f"mnist-worker-0.{SVC}", "Worker", 0, spec_json(cluster, "workerpool0", 0))
                 if e[0] != "NCCL_SOCKET_IFNAME"]  # fmt: skip
     # The operator's AIP_MODEL_DIR and NCCL_SOCKET_IFNAME give way to the template's; its RANK and DTJ_ATTEMPT do not.
     assert names == [
@@ -284,28 +288,60 @@ def nccl_names(job: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("accelerator_type", "marker", "sidecar"),
+    ("profile", "accelerator_type", "marker", "sidecar"),
     [
-        pytest.param("nvidia-l4", "NCCL_SOCKET_IFNAME", None, id="an L4 gets the TCP profile"),
-        pytest.param("nvidia-h100-80gb", "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", "tcpx-daemon", id="A3 High gets GPUDirect-TCPX"),
-        pytest.param("nvidia-h100-mega-80gb", "NCCL_FASTRAK_IFNAME", "tcpxo-daemon", id="A3 Mega gets GPUDirect-TCPXO"),
-        pytest.param("nvidia-h200-141gb", "NCCL_NET", None, id="A3 Ultra gets RDMA over gIB"),
-        pytest.param("nvidia-b200", "NCCL_NET", None, id="A4 gets RDMA over gIB"),
+        pytest.param("TCP", "nvidia-l4", "NCCL_SOCKET_IFNAME", None, id="TCP"),
+        pytest.param("GPUDirectTCPX", "nvidia-h100-80gb", "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", "tcpx-daemon", id="GPUDirect-TCPX"),
+        pytest.param("GPUDirectTCPXO", "nvidia-h100-mega-80gb", "NCCL_FASTRAK_IFNAME", "tcpxo-daemon", id="GPUDirect-TCPXO"),
+        pytest.param("RDMA", "nvidia-h200-141gb", "NCCL_NET", None, id="RDMA over gIB"),
     ],
 )  # fmt: skip
-def test_the_auto_profile_follows_the_accelerator_type(
-    accelerator_type: str, marker: str, sidecar: str | None
+def test_each_profile_renders_its_env_and_its_daemon_as_a_native_sidecar(
+    profile: str, accelerator_type: str, marker: str, sidecar: str | None
 ) -> None:
-    job = manifest(("Worker", 1), accelerator={"type": accelerator_type, "count": 8})
+    job = manifest(
+        ("Worker", 2), accelerator={"type": accelerator_type, "count": 8}, nccl={"profile": profile}
+    )
     pod = pods(job)["mnist-worker-0"]
     assert marker in nccl_names(job)
     init = [c["name"] for c in pod["spec"].get("initContainers", [])]
     assert init == ([sidecar] if sidecar else [])
-    if sidecar:
-        assert (
-            pod["spec"]["initContainers"][0]["restartPolicy"] == "Always"
-        )  # a native sidecar: ends with the trainer
-        assert "networking.gke.io/interfaces" in pod["metadata"]["annotations"]
+    if sidecar:  # a native sidecar: it ends with the trainer, so the pod completes
+        assert pod["spec"]["initContainers"][0]["restartPolicy"] == "Always"
+    assert ("networking.gke.io/interfaces" in pod["metadata"].get("annotations", {})) == (profile != "TCP")
+
+
+def test_auto_renders_tcp_until_a_pass_has_chosen_with_the_clusters_networks() -> None:
+    """A render without a choice (a docs example, `dtjob render`) assumes no GPUDirect Network objects."""
+    job = manifest(("Worker", 2), accelerator={"type": "nvidia-h100-80gb", "count": 8})
+    assert nccl_names(job)["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME" not in nccl_names(job)
+
+
+@pytest.mark.parametrize(
+    ("template_env", "expected"),
+    [
+        pytest.param([], "/usr/local/nvidia/lib64:/usr/local/nvidia/lib", id="no template value: what CUDA images set"),
+        pytest.param([{"name": "LD_LIBRARY_PATH", "value": "/opt/conda/lib:/usr/local/nvidia/lib64"}],
+                     "/usr/local/nvidia/lib64:/opt/conda/lib", id="the template's value follows, without repeats"),
+    ],
+)  # fmt: skip
+def test_a_profile_prepends_its_library_directories_to_ld_library_path(
+    template_env: list[dict[str, str]], expected: str
+) -> None:
+    template_ = template(container(env=template_env))
+    job = manifest({"role": "Worker", "count": 2, "template": template_},
+                   accelerator={"type": "nvidia-h100-80gb", "count": 8}, nccl={"profile": "GPUDirectTCPX"})  # fmt: skip
+    rendered = env(pods(job)["mnist-worker-0"])
+    assert [value for name, value in rendered if name == "LD_LIBRARY_PATH"] == [expected]
+
+
+def test_tcp_leaves_ld_library_path_to_the_template() -> None:
+    template_ = template(container(env=[{"name": "LD_LIBRARY_PATH", "value": "/mine"}]))
+    job = manifest(
+        {"role": "Worker", "count": 1, "template": template_}, accelerator={"type": "nvidia-l4", "count": 1}
+    )
+    assert [v for n, v in env(pods(job)["mnist-worker-0"]) if n == "LD_LIBRARY_PATH"] == ["/mine"]
 
 
 def test_the_tcp_profile_defaults_and_spec_overrides_win() -> None:
@@ -398,3 +434,109 @@ def test_the_pod_fs_group_lets_the_non_root_trainer_write_a_fresh_checkpoint_vol
     job = manifest({"role": "Worker", "count": 2, "template": tmpl}, checkpoint=checkpoint)
     for pod in pods(job).values():
         assert pod["spec"].get("securityContext") == expected
+
+
+@pytest.mark.parametrize(
+    "replicas",
+    [
+        pytest.param((("Worker", 1),), id="one worker"),
+        pytest.param((("Worker", 4),), id="four workers"),
+        pytest.param((("Master", 1),), id="a master alone"),
+        pytest.param((("Master", 1), ("Worker", 3)), id="a master and three workers"),
+    ],
+)
+def test_vertex_cluster_spec_puts_rank_zero_in_workerpool0_and_agrees_with_rank(
+    replicas: tuple[tuple[str, int], ...],
+) -> None:
+    """Vertex scripts read rank 0 and the coordinator from workerpool0 and number workerpool1 after it."""
+    for pod in pods(manifest(*replicas)).values():
+        values = dict(env(pod))
+        spec = json.loads(values["CLUSTER_SPEC"])
+        pool, index = spec["task"]["type"], spec["task"]["index"]
+        rank = {"workerpool0": 0, "workerpool1": 1 + index}[pool]
+        assert values["RANK"] == str(rank), pod["metadata"]["name"]
+        assert spec["cluster"][pool][index].startswith(
+            values["MASTER_ADDR"] if rank == 0 else pod["metadata"]["name"]
+        )
+        assert spec["cluster"]["workerpool0"] == [f"{values['MASTER_ADDR']}:{values['MASTER_PORT']}"]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "pools"),
+    [
+        pytest.param((("Worker", 3),), {"worker-0": (0, 0), "worker-1": (1, 0), "worker-2": (1, 1)},
+                     id="multi-worker mirrored: worker 0 is the primary pool"),
+        pytest.param((("Chief", 1), ("Worker", 2), ("PS", 1)),
+                     {"chief-0": (0, 0), "worker-0": (1, 0), "worker-1": (1, 1), "ps-0": (2, 0)},
+                     id="parameter servers: the chief is the primary pool"),
+        pytest.param((("Worker", 2), ("Evaluator", 1)), {"worker-0": (0, 0), "worker-1": (1, 0), "evaluator-0": (3, 0)},
+                     id="workers and an evaluator"),
+    ],
+)  # fmt: skip
+def test_vertex_worker_pools_of_tensorflow_shapes(
+    replicas: tuple[tuple[str, int], ...], pools: dict[str, tuple[int, int]]
+) -> None:
+    rendered = pods(manifest(*replicas, framework="TensorFlow"))
+    tasks = {}
+    for name, pod in rendered.items():
+        task = json.loads(dict(env(pod))["CLUSTER_SPEC"])["task"]
+        tasks[name.removeprefix("mnist-")] = (int(task["type"].removeprefix("workerpool")), task["index"])
+    assert tasks == pools
+
+
+def test_a_placement_group_joins_the_gpu_pods_node_selector() -> None:
+    job = manifest(("Chief", 1), ("PS", 1), framework="TensorFlow",
+                   accelerator={"type": "nvidia-h100-80gb", "count": 8, "placementGroup": "pg-a"})  # fmt: skip
+    rendered = pods(job)
+    assert rendered["mnist-chief-0"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+        "cloud.google.com/gke-placement-group": "pg-a",
+    }
+    assert "nodeSelector" not in rendered["mnist-ps-0"]["spec"]  # parameter servers hold no GPU
+
+
+GCSFUSE = {"csi": {"driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {"bucketName": "ckpt"}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "annotated"),
+    [
+        pytest.param({"checkpoint": {"volume": GCSFUSE}}, True, id="a GCS FUSE checkpoint volume"),
+        pytest.param(
+            {"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "x"}}}}, False, id="a PVC"
+        ),
+    ],
+)
+def test_a_gcs_fuse_volume_gets_the_annotation_that_injects_its_sidecar(
+    fields: dict[str, Any], annotated: bool
+) -> None:
+    annotations = (
+        pods(manifest(("Worker", 1), **fields))["mnist-worker-0"]["metadata"].get("annotations") or {}
+    )
+    assert annotations.get("gke-gcsfuse/volumes") == ("true" if annotated else None)
+
+
+def test_a_gcs_fuse_volume_in_the_template_counts_and_the_templates_annotation_wins() -> None:
+    template_ = template(container(), volumes=[{"name": "data", **GCSFUSE}])
+    template_["metadata"] = {"annotations": {"gke-gcsfuse/volumes": "false"}}
+    assert pods(manifest({"role": "Worker", "count": 1, "template": template(container(), volumes=[{"name": "data", **GCSFUSE}])}))[
+        "mnist-worker-0"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}  # fmt: skip
+    kept = pods(manifest({"role": "Worker", "count": 1, "template": template_}))["mnist-worker-0"]
+    assert kept["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "false"}
+
+
+def test_the_daemon_image_comes_from_the_job_else_the_operator_else_the_profile() -> None:
+    def daemon(nccl: dict[str, Any], images: dict[NcclProfileName, str]) -> str:
+        job = manifest(("Worker", 2), accelerator={"type": "nvidia-h100-mega-80gb", "count": 8},
+                       nccl={"profile": "GPUDirectTCPXO", **nccl})  # fmt: skip
+        spec = DistributedTrainingJobSpec.model_validate(job["spec"])
+        gang = Gang.of(JobRef.of(job), spec, 1, daemon_images=images)
+        pod = render_pod(gang, gang.members[0])
+        return str(next(c["image"] for c in pod["spec"]["initContainers"] if c["name"] == "tcpxo-daemon"))
+
+    operator_default = {NcclProfileName.GPUDIRECT_TCPXO: "registry/tcpxo-daemon:operator"}
+    assert daemon({}, {}) == GPUDIRECT_TCPXO.sidecars[0]["image"]
+    assert daemon({}, operator_default) == "registry/tcpxo-daemon:operator"
+    assert (
+        daemon({"daemonImage": "registry/tcpxo-daemon:job"}, operator_default) == "registry/tcpxo-daemon:job"
+    )

@@ -8,9 +8,20 @@ from typing import Any
 
 import pytest
 
-from dtjob.handlers import CREATED_MEMORY, Created, _backoff, _children, _freshest, _remember_created
+from dtjob.api import NcclProfileName
+from dtjob.handlers import (
+    CREATED_MEMORY,
+    RESYNC_SECONDS,
+    Created,
+    _backoff,
+    _children,
+    _freshest,
+    _next_pass_in,
+    _remember_created,
+)
 from dtjob.kube.throttle import TokenBucket
 from dtjob.observed import classify, node_essentials, node_view, pod_essentials
+from dtjob.plan import Plan
 from dtjob.settings import OperatorSettings, from_env
 from tests.unit.builders import (
     NOW,
@@ -67,8 +78,10 @@ def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -
     [
         pytest.param({}, OperatorSettings(), id="defaults when nothing is set"),
         pytest.param(
-            {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080"},
-            OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080),
+            {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080",
+             "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2"},
+            OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080,
+                             daemon_images={NcclProfileName.GPUDIRECT_TCPX: "r/tcpx:1", NcclProfileName.GPUDIRECT_TCPXO: "r/tcpxo:2"}),
             id="every setting from its variable",
         ),
     ],
@@ -138,6 +151,18 @@ def test_created_pods_count_until_the_watch_delivers_them_and_no_longer() -> Non
     assert set(created) == {second["metadata"]["uid"]}  # delivered by the watch: forgotten
     assert names(_children(UID, [], [third], created, NOW + CREATED_MEMORY * 2)) == ["mnist-worker-2"]
     assert created == {}  # never delivered: the watch is the truth after CREATED_MEMORY
+
+
+@pytest.mark.parametrize("phase", ["Running", "Succeeded"])
+def test_a_pass_that_awaits_created_pods_comes_back_once_they_would_be_forgotten(phase: str) -> None:
+    """A created pod the watch never delivers (gone again before the POST returned) must not stand in the
+    job's view until the resync: the pass after CREATED_MEMORY sees it is gone."""
+    job = {"status": {"phase": phase}}
+    soon = CREATED_MEMORY.total_seconds() + 1
+    assert _next_pass_in(Plan(), job, awaiting_watch=True) == soon
+    assert _next_pass_in(Plan(requeue_after=2.0), job, awaiting_watch=True) == 2.0
+    assert _next_pass_in(Plan(requeue_after=600.0), job, awaiting_watch=True) == soon
+    assert _next_pass_in(Plan(), job) == (None if phase == "Succeeded" else RESYNC_SECONDS)
 
 
 def test_children_are_only_those_the_job_owns() -> None:

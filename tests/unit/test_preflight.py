@@ -11,9 +11,9 @@ import pytest
 
 from dtjob.plan import Event, reconcile
 from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
-from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
+from tests.unit.builders import GKE_NETWORKS, NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
 
-ACCELERATED = {"accelerator": {"type": "nvidia-h100-80gb", "count": 8}}
+ACCELERATED = {"accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "nccl": {"profile": "GPUDirectTCPX"}}
 
 
 def job(preflight: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -46,7 +46,8 @@ def test_the_preflight_runs_last_among_init_containers_with_the_trainers_image_e
     ("spec", "floor", "transport"),
     [
         pytest.param(ACCELERATED, "10", "GPUDirectTCPX", id="A3 High: the TCPX profile's floor and plugin"),
-        pytest.param({"accelerator": {"type": "nvidia-h200-141gb", "count": 8}}, "30", "gIB", id="A3 Ultra: RDMA"),
+        pytest.param({"accelerator": {"type": "nvidia-h200-141gb", "count": 8}, "nccl": {"profile": "RDMA"}}, "30", "gIB",
+                     id="A3 Ultra: RDMA"),
         pytest.param({**ACCELERATED, "nccl": {"profile": "TCP"}}, None, None,
                      id="TCP: figures only"),
         pytest.param({}, None, None, id="no accelerator (gloo): figures only"),
@@ -94,7 +95,7 @@ def preflight_ended(pod: dict[str, Any], exit_code: int, message: str) -> dict[s
 
 
 def started(manifest_: dict[str, Any]) -> dict[str, Any]:
-    plan = reconcile(manifest_, [], NOW)
+    plan = reconcile(manifest_, [], NOW, networks=GKE_NETWORKS)
     return {**manifest_, "status": plan.status}
 
 
@@ -102,7 +103,7 @@ def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     spec = job(**ACCELERATED)
     pods = pods_of(spec)
     children = [preflight_ended(pod, 0, outcome("PreflightPassed")) for pod in pods.values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10))
+    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None
     assert plan.status["preflight"] == {
         "attempt": 1, "passed": True, "message": "all-reduce busbw 41.25 GB/s at 64 MiB over 2 ranks, transport GPUDirectTCPX_v7",
@@ -112,7 +113,9 @@ def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     assert (
         Event("Normal", "PreflightPassed", f"attempt 1: {plan.status['preflight']['message']}") in plan.events
     )
-    again = reconcile({**spec, "status": plan.status}, children, NOW + timedelta(seconds=20))
+    again = reconcile(
+        {**spec, "status": plan.status}, children, NOW + timedelta(seconds=20), networks=GKE_NETWORKS
+    )
     assert again.status is None and again.events == []
 
 
@@ -122,7 +125,7 @@ def test_a_failed_preflight_fails_the_job_fast_naming_the_transport_and_figure_a
     spec = job(**ACCELERATED)
     fell_back = outcome("PreflightFailed", busbw=2.1, transport="Socket")
     children = [preflight_ended(pod, 3, fell_back) for pod in pods_of(spec).values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10))
+    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["phase"] == "Failed"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PreflightFailed"
@@ -137,7 +140,7 @@ def test_a_preflight_that_crashed_is_an_ordinary_failure_with_its_log_tail() -> 
     spec = job(**ACCELERATED)
     crash = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'dtjob_trainer'"
     children = [preflight_ended(pod, 1, crash) for pod in pods_of(spec).values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10))
+    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["lastRestart"]["reason"] == "PodFailed"
     assert plan.status["lastRestart"]["message"].endswith("No module named 'dtjob_trainer'")
     assert "preflight" not in plan.status

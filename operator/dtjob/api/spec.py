@@ -49,9 +49,12 @@ GPU_ROLES: Final = frozenset({Role.MASTER, Role.WORKER, Role.CHIEF})
 
 
 class NcclProfileName(StrEnum):
-    """How NCCL reaches other nodes. Auto picks from accelerator.type: nvidia-h100-80gb (A3 High) ->
-    GPUDirectTCPX, nvidia-h100-mega-80gb (A3 Mega) -> GPUDirectTCPXO, nvidia-h200-141gb (A3 Ultra) and
-    nvidia-b200 (A4) -> RDMA, anything else (or no accelerator) -> TCP."""
+    """How NCCL reaches other nodes. Auto picks the GPUDirect profile of accelerator.type's machines
+    (nvidia-h100-80gb, A3 High -> GPUDirectTCPX; nvidia-h100-mega-80gb, A3 Mega -> GPUDirectTCPXO;
+    nvidia-h200-141gb, A3 Ultra and nvidia-b200, A4 -> RDMA) only when each pod has all 8 GPUs, the gang
+    has more than one GPU pod and the cluster has the profile's GKE Network objects; else TCP.
+    status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks is
+    Invalid."""
 
     AUTO = "Auto"
     TCP = "TCP"
@@ -186,6 +189,12 @@ class Accelerator(WireModel):
     spot: bool = False
     """Run on Spot VMs: select and tolerate cloud.google.com/gke-spot nodes. Preemptions are expected and
     restart the gang without charging backoffLimit."""
+    placement_group: (
+        Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
+    ) = None
+    """GKE compact placement: the GPU pods select nodes of this placement group
+    (cloud.google.com/gke-placement-group), so the gang's VMs sit close together in one zone and all-reduce
+    crosses fewer network hops. Opt-in; see docs/gke.md for the node pools it needs."""
 
 
 class Torch(WireModel):
@@ -247,6 +256,10 @@ class Nccl(WireModel):
     env: list[EnvVar] = Field(default_factory=list, max_length=64, json_schema_extra=list_map("name"))
     """Extra variables for the trainer container; they win over the profile's defaults of the same name."""
     preflight: Preflight = Preflight()
+    daemon_image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    """The image of the GPUDirect receive-datapath daemon (tcpx-daemon, tcpxo-daemon) instead of the
+    profile's or the operator's default: TCPXO's daemon must match the NCCL plugin version the cluster's
+    nccl-tcpxo-installer put on the nodes."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Nccl:

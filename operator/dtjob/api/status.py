@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 
 from dtjob.api.rules import WireModel
-from dtjob.api.spec import Role
+from dtjob.api.spec import NcclProfileName, Role
 
 
 class Phase(StrEnum):
@@ -117,6 +117,14 @@ class PreflightResult(StatusModel):
     """From the start of the preflight to its verdict, the rendezvous included."""
 
 
+class NcclChoice(StatusModel):
+    """The network profile the attempt's GPU pods got, and why (spec.nccl.profile Auto, or a GPUDirect one)."""
+
+    attempt: int
+    profile: NcclProfileName
+    reason: str = ""
+
+
 class JobStatus(StatusModel):
     """Observed state of the job."""
 
@@ -133,6 +141,7 @@ class JobStatus(StatusModel):
     restarts: Restarts = Restarts()
     last_restart: LastRestart | None = None
     preflight: PreflightResult | None = None
+    nccl: NcclChoice | None = None
     broken_since: Timestamp | None = None
     """When a member of the current attempt was first seen ended with no disruption in sight: the gang is
     watched for runPolicy.failureSettleSeconds from here before a failure is charged."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dtjob.api import DistributedTrainingJobSpec, Role
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName, Role
 from dtjob.names import JobRef, pod_dns_name, pod_name
+from dtjob.nccl import choose
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,23 @@ class Gang:
     spec: DistributedTrainingJobSpec
     attempt: int
     members: tuple[Member, ...]
+    network: NcclProfileName
+    """The NCCL network profile of its GPU pods, as chosen for the attempt (see nccl.choose)."""
+    daemon_image: str | None = None
+    """The GPUDirect daemon's image, when not the profile's."""
 
     @classmethod
-    def of(cls, job: JobRef, spec: DistributedTrainingJobSpec, attempt: int) -> Gang:
+    def of(
+        cls,
+        job: JobRef,
+        spec: DistributedTrainingJobSpec,
+        attempt: int,
+        network: NcclProfileName | None = None,
+        daemon_images: Mapping[NcclProfileName, str] | None = None,
+    ) -> Gang:
+        """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
+        cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
+        profile (spec.nccl.daemonImage wins)."""
         pairs = [(role, index) for role in spec.roles() for index in range(spec.replica(role).count)]
         members = tuple(
             Member(
@@ -40,7 +56,12 @@ class Gang:
             )
             for rank, (role, index) in enumerate(pairs)
         )
-        return cls(job=job, spec=spec, attempt=attempt, members=members)
+        if network is None:
+            network = choose(spec, frozenset()).profile
+        daemon_image = spec.nccl.daemon_image or (daemon_images or {}).get(network)
+        return cls(
+            job=job, spec=spec, attempt=attempt, members=members, network=network, daemon_image=daemon_image
+        )
 
     @property
     def rank_zero(self) -> Member:

@@ -2,7 +2,8 @@
 
 All calls are blocking (the official client) and go through one client-side rate limit; the Kopf adapter
 runs them in its worker threads. Reads in the steady state come from the adapter's watch caches, not
-from here: this module reads only a job after a write conflict and a node the node cache does not hold.
+from here: this module reads only a job after a write conflict, a node the node cache does not hold, and
+the cluster's GKE Network objects once an attempt of a job whose network profile needs them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom
 from dtjob.kube.throttle import TokenBucket
+from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
 from dtjob.plan import Delete, Event, Plan, Relabel
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
@@ -82,6 +84,22 @@ def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
             if err.status != 404:
                 raise
     return nodes
+
+
+def read_networks() -> frozenset[str]:
+    """The names of the cluster's GKE Network objects: none where that API is not served (not GKE, or
+    GKE without multi-networking)."""
+    _bucket.take()
+    try:
+        listed = cast(
+            dict[str, Any],
+            custom().list_cluster_custom_object(NETWORK_GROUP, NETWORK_VERSION, NETWORK_PLURAL),
+        )
+    except client.ApiException as err:
+        if err.status == 404:
+            return frozenset()
+        raise
+    return frozenset(item["metadata"]["name"] for item in listed.get("items") or [])
 
 
 def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:

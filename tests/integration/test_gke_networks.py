@@ -1,0 +1,126 @@
+"""Auto picks GPUDirect only where the cluster has the GKE Network objects its profile attaches pods to,
+and TCP (with a Warning saying why) where it has not; an explicit profile without them is Invalid until
+they exist. The Network CRD is a stand-in (tests/data/gke-network-crd.yaml); the API server is real."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+from kubernetes import client
+
+from localcluster import Cluster
+from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.integration.test_fault_tolerance import events_of, status_of
+from tests.waiting import wait_for
+
+NETWORK_CRD = REPO / "tests" / "data" / "gke-network-crd.yaml"
+GROUP, VERSION, PLURAL = "networking.gke.io", "v1", "networks"
+
+
+def auto_job(name: str) -> dict[str, Any]:
+    """Two pods of 8 H100s (A3 High), the shape Auto would give GPUDirect-TCPX."""
+    job = pytorch_job(name, workers=2)
+    del job["spec"]["nccl"]  # the default: Auto
+    return job
+
+
+@pytest.fixture
+def without_networks(cluster_b: Cluster, objects: client.CustomObjectsApi) -> Iterator[None]:
+    """No Network API at all (a cluster without GKE multi-networking), and none left behind."""
+    cluster_b.kubectl("delete", "--ignore-not-found", "--wait", "-f", str(NETWORK_CRD))
+    yield
+    cluster_b.kubectl("delete", "--ignore-not-found", "--wait", "-f", str(NETWORK_CRD))
+
+
+@pytest.fixture
+def add_networks(
+    cluster_b: Cluster, objects: client.CustomObjectsApi, without_networks: None
+) -> Callable[..., None]:
+    """Serve the Network API, then create Networks by name (as an admin following GKE's guide does)."""
+
+    def add(*names: str) -> None:
+        cluster_b.kubectl("apply", "-f", str(NETWORK_CRD))
+        crd = yaml.safe_load(NETWORK_CRD.read_text())["metadata"]["name"]
+        cluster_b.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        for name in names:
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Network", "metadata": {"name": name},
+                    "spec": {"type": "Device"}}  # fmt: skip
+            wait_for(lambda body=body: _created(objects, body), f"Network {name} created")
+
+    return add
+
+
+def _created(objects: client.CustomObjectsApi, body: dict[str, Any]) -> bool | None:
+    try:
+        objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    except client.ApiException as err:
+        if err.status == 404:  # discovery of a fresh CRD can lag its Established condition
+            return None
+        if err.status != 409:
+            raise
+    return True
+
+
+def chosen(jobs: Jobs, name: str) -> dict[str, Any]:
+    return wait_for(lambda: status_of(jobs, name).get("nccl"), f"status.nccl of {name}")
+
+
+def test_auto_falls_back_to_tcp_without_the_network_api_with_a_warning_naming_what_is_missing(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str, without_networks: None
+) -> None:
+    jobs.create(auto_job("plain"))
+    assert chosen(jobs, "plain")["profile"] == "TCP"
+    pods = jobs.wait_pods("plain", 2)
+    assert all("networking.gke.io/interfaces" not in (p.metadata.annotations or {}) for p in pods)
+    assert all(not p.spec.init_containers for p in pods)
+    warnings = [e.message for e in events_of(core, namespace, "plain") if e.reason == "NetworkChosen"]
+    assert (
+        len(warnings) == 1
+        and "lacks the Network objects (networking.gke.io) vpc1, vpc2, vpc3, vpc4" in warnings[0]
+    )
+
+
+def test_auto_picks_gpudirect_once_the_networks_exist_and_an_explicit_profile_waits_for_its_own(
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    add_networks: Callable[..., None],
+) -> None:
+    add_networks("vpc1", "vpc2", "vpc3", "vpc4")
+    jobs.create(auto_job("fast"))
+    assert chosen(jobs, "fast") == {
+        "attempt": 1, "profile": "GPUDirectTCPX",
+        "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present",
+    }  # fmt: skip
+    pods = jobs.wait_pods("fast", 2)
+    assert all([c.name for c in p.spec.init_containers] == ["tcpx-daemon"] for p in pods)
+    assert all("devices.gke.io/container.tcpx-daemon" in p.metadata.annotations for p in pods)
+    events = [(e.type, e.reason) for e in events_of(core, namespace, "fast") if e.reason == "NetworkChosen"]
+    assert events == [("Normal", "NetworkChosen")]
+
+    mega = pytorch_job("mega", accelerator={"type": "nvidia-h100-mega-80gb", "count": 8},
+                       nccl={"profile": "GPUDirectTCPXO"})  # fmt: skip
+    jobs.create(mega)
+    invalid = jobs.wait_condition("mega", "Invalid")
+    assert "vpc5, vpc6, vpc7, vpc8, which this cluster lacks" in invalid["message"]
+    assert jobs.pods("mega") == []
+    add_networks("vpc5", "vpc6", "vpc7", "vpc8")
+    jobs.patch(
+        "mega", {"metadata": {"annotations": {"example.com/poke": "1"}}}
+    )  # or wait out the 30 s recheck
+    jobs.wait_pods("mega", 2)
+    assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
+    assert (jobs.condition("mega", "Invalid") or {}).get("status") != "True"
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples" / "gke").glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_gke_examples_are_accepted_by_the_api_server(
+    cluster_b: Cluster, crd: dict[str, Any], namespace: str, example: Any
+) -> None:
+    """They need GKE to run; the CRD's schema and rules accept them as written."""
+    cluster_b.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(example))

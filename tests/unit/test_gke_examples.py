@@ -1,0 +1,48 @@
+"""The GKE examples (examples/gke/) render as docs/gke.md says: they need a GKE cluster to run, so this
+test checks what dtjob makes of them; tests/integration/test_gke_networks.py applies them to a real API
+server with --dry-run=server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dtjob.plan import reconcile
+from tests.unit.builders import GKE_NETWORKS, NOW, UID
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))
+
+
+def stored(path: Path) -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(path.read_text())
+    job["metadata"] |= {"namespace": "team-a", "uid": UID, "generation": 1}
+    return job
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its_placement(
+    example: Path,
+) -> None:
+    job = stored(example)
+    plan = reconcile(job, [], NOW, networks=GKE_NETWORKS)
+    assert plan.status is not None and plan.status["nccl"]["profile"].startswith(("GPUDirect", "RDMA"))
+    accelerator = job["spec"]["accelerator"]
+    assert len(plan.create) == job["spec"]["replicas"][0]["count"]
+    for pod in plan.create:
+        assert pod["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+        assert "networking.gke.io/interfaces" in pod["metadata"]["annotations"]
+        assert pod["spec"]["nodeSelector"] == {
+            "cloud.google.com/gke-accelerator": accelerator["type"],
+            "cloud.google.com/gke-placement-group": accelerator["placementGroup"],
+            "cloud.google.com/gke-spot": "true",
+        }
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_without_the_networks_auto_runs_it_over_tcp(example: Path) -> None:
+    plan = reconcile(stored(example), [], NOW, networks=frozenset())
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
+    assert all("networking.gke.io/interfaces" not in p["metadata"]["annotations"] for p in plan.create)

@@ -1,0 +1,154 @@
+"""Golden tests: each GPUDirect profile renders what Google's published GKE recipe puts in its pod.
+
+The recipes' facts are test data (tests/data/gke_recipes/*.yaml, each with its source files, commits and
+the date read), so a newer recipe is a diff there, and this test names every fact dtjob then differs on.
+Where dtjob departs from a recipe on purpose, DEPARTURES says so and why; nothing else may differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dtjob.desired import SHM_VOLUME
+from tests.unit.builders import manifest, pods_of
+
+RECIPES = Path(__file__).parents[1] / "data" / "gke_recipes"
+
+FAMILIES = {
+    "GPUDirectTCPX": ("gpudirect-tcpx.yaml", "nvidia-h100-80gb"),
+    "GPUDirectTCPXO": ("gpudirect-tcpxo.yaml", "nvidia-h100-mega-80gb"),
+    "RDMA": ("rdma.yaml", "nvidia-h200-141gb"),
+}
+
+# Where dtjob's pod differs from the recipe's on purpose (documented in docs/gke.md).
+DEPARTURES = {
+    # The recipes run their daemon as a plain container; a training pod must complete when training ends,
+    # so dtjob runs it as a native sidecar (an init container with restartPolicy Always).
+    "daemon kind": "native sidecar",
+    # TCPX: the recipe mounts the daemon's socket directory over the trainer's /tmp; dtjob mounts it at
+    # /run/tcpx and says so with NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, leaving the trainer its /tmp.
+    "tcpx socket in the trainer": "/run/tcpx",
+    # The device plugin already shows the pod its 8 GPUs; NCCL_DEBUG is spec.nccl.debug's.
+    "env not set": {"CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"},
+    # Set by dtjob beyond the recipe's lists: the socket prefix above; where the installer's env script
+    # is, for trainers that source it (the recipes source it in their shell); NCCL_LIB_DIR, which the
+    # TCPXO README asks workloads to set; for RDMA, what set_nccl_env.sh is for, for trainers that do
+    # not source it (GKE's RDMA guide: NCCL_NET=gIB; the bootstrap on the pod network).
+    "env added": {
+        "GPUDirectTCPX": {"NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx"},
+        "GPUDirectTCPXO": {
+            "NCCL_LIB_DIR": "/usr/local/nvidia/lib64",
+            "DTJ_NCCL_ENV_SCRIPT": "/usr/local/nvidia/lib64/nccl-env-profile.sh",
+        },
+        "RDMA": {
+            "NCCL_NET": "gIB",
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
+        },
+    },
+}
+
+
+def recipe(profile: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((RECIPES / FAMILIES[profile][0]).read_text())
+    return loaded
+
+
+def rendered(profile: str) -> dict[str, Any]:
+    job = manifest(
+        ("Worker", 2), accelerator={"type": FAMILIES[profile][1], "count": 8}, nccl={"profile": profile}
+    )
+    return pods_of(job)["mnist-worker-0"]
+
+
+def host_paths(volumes: Any) -> dict[str, str | None]:
+    """Volume name -> host path (None for any other kind), from a pod's list or a recipe's mapping."""
+    if isinstance(volumes, dict):
+        return {
+            n: v.get("hostPath") if isinstance(v.get("hostPath"), str) else None for n, v in volumes.items()
+        }
+    return {v["name"]: (v.get("hostPath") or {}).get("path") for v in volumes}
+
+
+def mounted_host_paths(mounts: Any, volumes: dict[str, str | None]) -> dict[str, str]:
+    """Mount path -> host path, for the host-path volumes among `mounts` (a list, or name -> path)."""
+    pairs = mounts.items() if isinstance(mounts, dict) else [(m["name"], m["mountPath"]) for m in mounts]
+    return {path: host for name, path in pairs if (host := volumes.get(name))}
+
+
+def trainer_env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("profile", FAMILIES)
+def test_the_pod_annotations_are_the_recipes(profile: str) -> None:
+    want, got = recipe(profile)["annotations"], rendered(profile)["metadata"]["annotations"]
+    assert set(got) == set(want)
+    for key, value in want.items():
+        if key == "networking.gke.io/interfaces":
+            assert json.loads(got[key]) == json.loads(value)  # the recipes write it over several lines
+        elif key.startswith("devices.gke.io/"):
+            assert yaml.safe_load(got[key]) == yaml.safe_load(value), key  # GKE reads it as YAML
+        else:
+            assert got[key] == value, key
+
+
+@pytest.mark.parametrize("profile", ["GPUDirectTCPX", "GPUDirectTCPXO"])
+def test_the_receive_daemon_is_the_recipes(profile: str) -> None:
+    want, pod = recipe(profile)["sidecar"], rendered(profile)
+    (daemon,) = [c for c in pod["spec"]["initContainers"] if c["name"] == want["name"]]
+    expected_image = recipe(profile).get("release", {}).get("newest_upstream_stored", {}).get("daemon")
+    # TCPXO: the newest daemon upstream's own README lists (the fork's newer pair is not Google's).
+    assert daemon["image"] == (
+        want["image"] if expected_image is None else f"{want['image'].rsplit('/', 1)[0]}/{expected_image}"
+    )
+    assert [*daemon["command"], *(daemon.get("args") or [])] == [*want["command"], *(want.get("args") or [])]
+    assert daemon["securityContext"] == want["securityContext"]
+    assert {e["name"]: e["value"] for e in daemon["env"]} == want["env"]
+    volumes = host_paths(pod["spec"]["volumes"])
+    assert mounted_host_paths(daemon["volumeMounts"], volumes) == mounted_host_paths(
+        want["volumeMounts"], host_paths(recipe(profile)["volumes"])
+    )
+    assert daemon["restartPolicy"] == "Always" and not want["native_sidecar"], DEPARTURES["daemon kind"]
+
+
+@pytest.mark.parametrize("profile", FAMILIES)
+def test_the_trainer_mounts_the_recipes_host_paths_and_shared_memory(profile: str) -> None:
+    want, pod = recipe(profile), rendered(profile)
+    trainer = pod["spec"]["containers"][0]
+    expected = mounted_host_paths(want["trainer"]["volumeMounts"], host_paths(want["volumes"]))
+    if profile == "GPUDirectTCPX":
+        assert expected.pop("/tmp") == "/run/tcpx"
+        expected[DEPARTURES["tcpx socket in the trainer"]] = "/run/tcpx"
+    assert mounted_host_paths(trainer["volumeMounts"], host_paths(pod["spec"]["volumes"])) == expected
+    if "shared-memory" in want["volumes"]:  # spec.sharedMemory gives every pod a memory-backed /dev/shm
+        assert {"name": SHM_VOLUME, "mountPath": "/dev/shm"} in trainer["volumeMounts"]
+
+
+@pytest.mark.parametrize("profile", FAMILIES)
+def test_the_trainer_env_is_the_recipes_and_its_library_path_comes_first(profile: str) -> None:
+    want, env = recipe(profile), trainer_env(rendered(profile))
+    listed = dict(want.get("nccl_env_release_notes") or want.get("nccl_env_profile") or {})
+    # The TCPXO README names the lib directory of its own test image and asks to replace it by the one
+    # the workload sees; the recipe's pods see it at /usr/local/nvidia/lib64.
+    listed = {k: v.replace("/usr/local/tcpxo/lib64", "/usr/local/nvidia/lib64") for k, v in listed.items()}
+    listed.pop("LD_LIBRARY_PATH", None)
+    expected = {**listed, **{k: v for k, v in want["trainer"]["env"].items() if k != "LD_LIBRARY_PATH"}}
+    expected = {k: v for k, v in expected.items() if k not in DEPARTURES["env not set"]}
+    expected |= DEPARTURES["env added"][profile]
+    injected = {k: v for k, v in env.items() if k.startswith(("NCCL_", "DTJ_NCCL_"))}
+    assert {k: env.get(k) for k in expected} == expected
+    assert set(injected) - {"NCCL_DEBUG"} == set(expected)
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == want["trainer"]["env"]["LD_LIBRARY_PATH"]
+
+
+def test_the_tcpxo_env_has_what_the_guest_config_checker_enforces() -> None:
+    """The plugin aborts a workload without it (README, 2025-08-21 on)."""
+    required = recipe("GPUDirectTCPXO")["nccl_env_profile_rules"]["required_by_guest_config_checker"]
+    env = trainer_env(rendered("GPUDirectTCPXO"))
+    assert {k: env.get(k) for k in required} == required

@@ -1,0 +1,127 @@
+"""Auto's network choice: GPUDirect only where it can work (a whole machine per pod, more than one GPU
+pod, the cluster's Network objects present), else TCP with the reason; kept per attempt in status.nccl."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.nccl import NetworkChoice, choose
+from dtjob.plan import Event, reconcile
+from tests.unit.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
+
+H100 = {"type": "nvidia-h100-80gb", "count": 8}
+TCPX_NETWORKS = frozenset({"vpc1", "vpc2", "vpc3", "vpc4"})
+
+
+def spec(*replicas: tuple[str, int], **fields: Any) -> DistributedTrainingJobSpec:
+    return DistributedTrainingJobSpec.model_validate(manifest(*replicas, **fields)["spec"])
+
+
+@pytest.mark.parametrize(
+    ("job", "networks", "profile", "reason"),
+    [
+        pytest.param(spec(("Worker", 2), accelerator=H100), TCPX_NETWORKS, "GPUDirectTCPX",
+                     "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present", id="A3 High, 2 full pods, networks: TCPX"),
+        pytest.param(spec(("Master", 1), ("Worker", 3), accelerator={"type": "nvidia-h200-141gb", "count": 8}),
+                     GKE_NETWORKS, "RDMA", "4 pods of 8 nvidia-h200-141gb GPUs, Networks rdma-0..rdma-7 present",
+                     id="A3 Ultra, 4 full pods: RDMA"),
+        pytest.param(spec(("Worker", 2), accelerator=H100), frozenset({"vpc1", "vpc2"}), "TCP",
+                     "TCP instead of GPUDirectTCPX on nvidia-h100-80gb: the cluster lacks the Network objects "
+                     "(networking.gke.io) vpc3, vpc4 that its interfaces attach to (see docs/gke.md)",
+                     id="networks missing: TCP, naming them"),
+        pytest.param(spec(("Worker", 2), accelerator={**H100, "count": 4}), TCPX_NETWORKS, "TCP",
+                     "TCP instead of GPUDirectTCPX on nvidia-h100-80gb: each pod asks for 4 GPUs, GPUDirect needs "
+                     "the whole machine (8, accelerator.count)", id="half a machine per pod: TCP"),
+        pytest.param(spec(("Worker", 1), accelerator=H100), TCPX_NETWORKS, "TCP",
+                     "TCP instead of GPUDirectTCPX on nvidia-h100-80gb: 1 GPU pod, whose GPUs talk over NVLink "
+                     "without a network", id="one pod: TCP"),
+        pytest.param(spec(("Chief", 1), ("PS", 2), framework="TensorFlow", accelerator=H100), TCPX_NETWORKS, "TCP",
+                     "TCP instead of GPUDirectTCPX on nvidia-h100-80gb: 1 GPU pod, whose GPUs talk over NVLink "
+                     "without a network", id="parameter servers hold no GPUs: one GPU pod"),
+        pytest.param(spec(("Worker", 2), accelerator={"type": "nvidia-l4", "count": 8}), GKE_NETWORKS, "TCP",
+                     "nvidia-l4 machines have no GPUDirect network", id="an L4: TCP"),
+        pytest.param(spec(("Worker", 2)), GKE_NETWORKS, "TCP", "no accelerator: no GPU network to set up",
+                     id="no accelerator"),
+        pytest.param(spec(("Worker", 1), accelerator=H100, nccl={"profile": "GPUDirectTCPXO"}), frozenset(),
+                     "GPUDirectTCPXO", "spec.nccl.profile is GPUDirectTCPXO", id="an explicit profile is taken as it is"),
+    ],
+)  # fmt: skip
+def test_auto_decision_table(
+    job: DistributedTrainingJobSpec, networks: frozenset[str], profile: str, reason: str
+) -> None:
+    assert choose(job, networks) == NetworkChoice(
+        NcclProfileName(profile), reason, degraded="lacks the Network objects" in reason
+    )
+
+
+def two_h100_pods(**fields: Any) -> dict[str, Any]:
+    return manifest(("Worker", 2), accelerator=H100, **fields)
+
+
+def test_a_pass_asks_for_the_networks_once_an_attempt_records_the_choice_and_warns_about_a_fallback() -> None:
+    job = two_h100_pods()
+    assert reconcile(job, [], NOW).read_networks  # nothing else is decided without them
+
+    plan = reconcile(job, [], NOW, networks=frozenset())
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
+    assert (
+        plan.status["nccl"]["attempt"] == 1 and "lacks the Network objects" in plan.status["nccl"]["reason"]
+    )
+    assert [e for e in plan.events if e.reason == "NetworkChosen"] == [
+        Event("Warning", "NetworkChosen", f"attempt 1: NCCL profile TCP: {plan.status['nccl']['reason']}")
+    ]
+    created = {pod["metadata"]["name"]: pod for pod in plan.create}
+    assert "networking.gke.io/interfaces" not in (
+        created["mnist-worker-0"]["metadata"].get("annotations") or {}
+    )
+
+    # The next pass of the same attempt keeps the choice without reading the networks again.
+    again = reconcile({**job, "status": plan.status}, [running(p) for p in pods_of(job).values()], NOW)
+    assert not again.read_networks
+    assert again.status is None or again.status["nccl"] == plan.status["nccl"]
+    assert not [e for e in again.events if e.reason == "NetworkChosen"]
+
+
+def test_with_the_networks_the_pods_get_gpudirect_and_a_normal_event() -> None:
+    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS)
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "GPUDirectTCPX"
+    assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Normal"]
+    pod = next(p for p in plan.create if p["metadata"]["name"] == "mnist-worker-0")
+    assert "tcpx-daemon" in [c["name"] for c in pod["spec"]["initContainers"]]
+    assert "devices.gke.io/container.tcpx-daemon" in pod["metadata"]["annotations"]
+
+
+def test_a_new_attempt_chooses_again() -> None:
+    first = reconcile(two_h100_pods(), [], NOW, networks=frozenset())
+    assert first.status is not None
+    restarted = {**first.status, "attempt": 2}
+    assert reconcile({**two_h100_pods(), "status": restarted}, [], NOW).read_networks
+    plan = reconcile({**two_h100_pods(), "status": restarted}, [], NOW, networks=TCPX_NETWORKS)
+    assert plan.status is not None and plan.status["nccl"] == {
+        "attempt": 2, "profile": "GPUDirectTCPX", "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present"
+    }  # fmt: skip
+
+
+def test_an_explicit_profile_without_its_networks_is_invalid_naming_them_and_recovers_once_they_exist() -> (
+    None
+):
+    job = two_h100_pods(nccl={"profile": "GPUDirectTCPXO"})
+    plan = reconcile(job, [], NOW, networks=frozenset({"vpc1", "vpc2"}))
+    assert plan.status is not None and plan.status["phase"] == "Invalid" and not plan.create
+    invalid = next(c for c in plan.status["conditions"] if c["type"] == "Invalid")
+    assert invalid["message"].startswith(
+        "spec.nccl.profile: GPUDirectTCPXO attaches each pod to the GKE Network objects (networking.gke.io/v1) "
+        "vpc3, vpc4, vpc5, vpc6, vpc7, vpc8, which this cluster lacks"
+    )
+    assert plan.requeue_after == 30.0  # an admin may create them: looked for again soon
+    later = reconcile({**job, "status": plan.status}, [], NOW, networks=GKE_NETWORKS)
+    assert later.status is not None and later.status["phase"] != "Invalid" and len(later.create) == 2
+
+
+def test_jobs_without_gpus_or_with_an_explicit_tcp_profile_record_no_choice() -> None:
+    for job in (manifest(("Worker", 2)), two_h100_pods(nccl={"profile": "TCP"})):
+        plan = reconcile(job, [], NOW)
+        assert not plan.read_networks and plan.status is not None and "nccl" not in plan.status
