@@ -176,6 +176,14 @@ class Cluster:
             time.sleep(0.2)
         raise ClusterError(f"node {name} still has node.kubernetes.io taints after {timeout:.0f}s")
 
+    def restart_component(self, name: str, down_seconds: float = 0.0) -> None:
+        """A control-plane outage: etcd or kube-apiserver crashes (SIGKILL), stays down `down_seconds`,
+        comes back as it was started; returns once it is ready again."""
+        self.procs.restart(name, down_seconds)
+        controlplane.wait_ready(self.layout, self.procs, name)
+        if name == "etcd":  # the apiserver reconnects by itself; wait until it serves again
+            controlplane.wait_ready(self.layout, self.procs, "kube-apiserver")
+
     def down(self) -> None:
         started = time.monotonic()
         if self.procs.running("kube-apiserver") and self.procs.running("kubelet"):

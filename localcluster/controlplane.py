@@ -42,8 +42,7 @@ def start(layout: Layout, procs: Processes) -> None:
          "--initial-cluster", f"default=http://127.0.0.1:{ETCD_PEER_PORT}",
          "--unsafe-no-fsync", "--log-level", "warn"],  # test cluster: durability is not wanted
     )  # fmt: skip
-    procs.wait_until("etcd", lambda: urllib.request.urlopen(f"{etcd_url}/health", timeout=2).status == 200,
-                     "etcd /health")  # fmt: skip
+    wait_ready(layout, procs, "etcd")
 
     procs.start(
         "kube-apiserver",
@@ -60,8 +59,7 @@ def start(layout: Layout, procs: Processes) -> None:
          "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
          "--endpoint-reconciler-type=lease", "--v=1"],
     )  # fmt: skip
-    procs.wait_until("kube-apiserver", lambda: kubectl_ok(layout, "get", "--raw", "/readyz"), "/readyz",
-                     timeout=120)  # fmt: skip
+    wait_ready(layout, procs, "kube-apiserver")
 
     kcm = layout.kubeconfig("controller-manager")
     procs.start(
@@ -90,6 +88,18 @@ def start(layout: Layout, procs: Processes) -> None:
                      "the default ServiceAccount", timeout=60)  # fmt: skip
     procs.wait_until("kube-scheduler", lambda: urllib.request.urlopen(
         "https://127.0.0.1:10259/healthz", timeout=2, context=_insecure()).status == 200, "scheduler /healthz")  # fmt: skip
+
+
+def wait_ready(layout: Layout, procs: Processes, name: str) -> None:
+    """Until etcd answers /health, or the apiserver /readyz."""
+    if name == "etcd":
+        url = f"http://127.0.0.1:{ETCD_PORT}/health"
+        procs.wait_until("etcd", lambda: urllib.request.urlopen(url, timeout=2).status == 200, "etcd /health")
+    elif name == "kube-apiserver":
+        procs.wait_until("kube-apiserver", lambda: kubectl_ok(layout, "get", "--raw", "/readyz"), "/readyz",
+                         timeout=120)  # fmt: skip
+    else:
+        raise ValueError(f"no readiness check for {name}")
 
 
 def _insecure():  # type: ignore[no-untyped-def]

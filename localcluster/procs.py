@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -30,6 +31,9 @@ class Processes:
 
     def _pidfile(self, name: str) -> Path:
         return self.layout.pids / f"{name}.pid"
+
+    def _argvfile(self, name: str) -> Path:
+        return self.layout.pids / f"{name}.argv.json"
 
     def log(self, name: str) -> Path:
         return self.layout.logs / f"{name}.log"
@@ -67,6 +71,19 @@ class Processes:
                 env={**os.environ, **(env or {})},
             )
         self._pidfile(name).write_text(f"{proc.pid}\n{args[0]}\n")
+        self._argvfile(name).write_text(json.dumps({"argv": args, "env": env or {}}))
+
+    def restart(self, name: str, down_seconds: float = 0.0, crash: bool = True) -> None:
+        """An outage of one component: kill it (SIGKILL, as a crash; else SIGTERM first), keep it down
+        for `down_seconds` (the outage's length is the point, so this one waits by the clock), and start
+        it again as it was started. The caller waits for it to be ready."""
+        recorded = json.loads(self._argvfile(name).read_text())
+        pid = self.pid(name)
+        if crash and pid is not None:
+            _signal_group(pid, signal.SIGKILL)
+        self.stop(name)
+        time.sleep(down_seconds)
+        self.start(name, recorded["argv"], recorded["env"])
 
     def stop(self, name: str, timeout: float = 20.0) -> None:
         pid = self.pid(name)

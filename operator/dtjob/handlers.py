@@ -2,8 +2,10 @@
 
 Reads come from the watch streams: Kopf indexes keep the job's pods and its Service current (Kopf holds
 every handler back until their first listing is in), a lighter watch of its own keeps every node's Ready
-condition (`kube.nodes`; passes wait for its first listing), and the job itself is the daemon's live
-body. A pass therefore makes no API read in the steady state; it writes only what changed (see `plan`).
+condition (`kube.nodes`; passes wait for its first listing), and each job's loop keeps the job as its
+watch last delivered it. A pass therefore makes no API read in the steady state; it writes only what
+changed (see `plan`). The loop is an asyncio task that the job's first event starts and its deletion
+ends: no finalizer holds a job (or its namespace) back when no operator runs.
 
 Where a cache can lag behind the operator's own writes, the write carries the guard and the adapter
 remembers what it wrote until the watch catches up:
@@ -68,6 +70,11 @@ Created = dict[str, tuple[datetime, dict[str, Any]]]
 class JobMemory:
     """What the adapter knows of one job beyond its watches; lost on restart, and nothing depends on it."""
 
+    body: dict[str, Any]
+    """The job as its watch last delivered it."""
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    """The job is being deleted, or gone: its loop ends."""
+    loop: asyncio.Task[None] | None = None
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     """Something about the job, its pods or their nodes changed."""
     job_changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -148,6 +155,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     runtime = _runtime(memo)
+    loops = [memory.loop for memory in runtime.jobs.values() if memory.loop is not None]
+    for loop in loops:
+        loop.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
     if runtime.election is not None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
@@ -234,40 +245,63 @@ async def pod_changed(
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_changed(namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
-    _wake(memo, namespace, name, job_changed=True)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-async def run_job(
-    name: str,
-    namespace: str | None,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    stopped: kopf.DaemonStopped,
-    **kwargs: Any,
+async def job_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    assert namespace is not None, "DistributedTrainingJob is namespaced"
-    runtime = _runtime(memo)
-    key = (namespace, name)
-    job = runtime.jobs.setdefault(key, JobMemory())
-    watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"])  # Kopf passes indexes by name
+    """Each job's loop starts with the first event of it and ends when it is being deleted or gone.
+
+    No finalizer: the job's pods and Service are its own by ownerReference, so the garbage collector
+    removes them whether or not the operator runs, and a job deleted while it is down is simply gone when
+    it comes back. (A Kopf daemon would add one, and a job could then not be deleted, nor its namespace,
+    without a running operator; Kopf removes the finalizer older versions added.)"""
+    assert namespace is not None and name is not None, "DistributedTrainingJob is namespaced"
+    runtime, key = _runtime(memo), (namespace, name)
+    memory = runtime.jobs.get(key)
+    uid = body.get("metadata", {}).get("uid")
+    if memory is not None and (memory.body["metadata"].get("uid") != uid or _going(type, body)):
+        memory.stopped.set()  # deleted (or deleted and created again under the name): that loop ends
+        runtime.jobs.pop(key, None)
+        memory = None
+    if _going(type, body):
+        return
+    if memory is None:
+        memory = runtime.jobs[key] = JobMemory(body=dict(body))
+        watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"])  # Kopf passes indexes by name
+        memory.loop = asyncio.create_task(
+            run_job(runtime, key, memory, watched), name=f"job {namespace}/{name}"
+        )
+        return
+    memory.body = dict(body)
+    memory.wakeup.set()
+    memory.job_changed.set()
+
+
+def _going(event_type: str | None, body: kopf.Body) -> bool:
+    return event_type == "DELETED" or bool(body.get("metadata", {}).get("deletionTimestamp"))
+
+
+async def run_job(runtime: Runtime, key: JobKey, job: JobMemory, watched: Watched) -> None:
     try:
-        await runtime.nodes_synced.wait()  # until then an absent node could be a deleted one
-        while not stopped:
-            await runtime.acting.wait()  # a standby replica (on stop, Kopf cancels the daemon)
+        await _sleep(
+            runtime.nodes_synced, job.stopped, None
+        )  # until then an absent node could be a deleted one
+        while not job.stopped.is_set():
+            await _sleep(runtime.acting, job.stopped, None)  # a standby replica waits for the Lease
+            if job.stopped.is_set():
+                break
             job.wakeup.clear()
             job.job_changed.clear()
-            delay = await reconcile_once(runtime, key, job, body, watched)
+            delay = await reconcile_once(runtime, key, job, job.body, watched)
             waker = job.job_changed if job.failures else job.wakeup  # a back-off ignores the pods' news
-            await _sleep(waker, stopped, delay)
+            await _sleep(waker, job.stopped, delay)
     finally:
-        runtime.jobs.pop(key, None)
-        metrics.JOB_PHASES.forget(namespace, name)
+        if runtime.jobs.get(key) is job:
+            del runtime.jobs[key]
+        metrics.JOB_PHASES.forget(*key)
 
 
 async def reconcile_once(
-    runtime: Runtime, key: JobKey, memory: JobMemory, body: kopf.Body, watched: Watched
+    runtime: Runtime, key: JobKey, memory: JobMemory, body: Mapping[str, Any], watched: Watched
 ) -> float | None:
     """One pass; how long to wait before the next unless something wakes the loop earlier (None: until
     something does)."""
@@ -280,15 +314,15 @@ async def reconcile_once(
     now = datetime.now(UTC)
     pods = [json.loads(pod) for pod in watched.pods.get(key, [])]
     services = [json.loads(service) for service in watched.services.get(key, [])]
-    children = _children(job["metadata"]["uid"], services, pods, memory.created, now)
+    children, overdue = _children(job["metadata"]["uid"], services, pods, memory.created, now)
     assert runtime.nodes is not None, "the node watch starts with the operator"
     known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
     try:
         async with runtime.passes:
-            plan, done, fresh = await asyncio.get_running_loop().run_in_executor(
-                runtime.executor, _pass, job, children, cached, unknown, now, runtime.config
+            plan, done, fresh, lagging = await asyncio.get_running_loop().run_in_executor(
+                runtime.executor, _pass, job, children, overdue, cached, unknown, now, runtime.config
             )
     except Exception as err:  # a failed pass must not kill the job's loop; it backs off and starts afresh
         memory.failures += 1
@@ -303,6 +337,8 @@ async def reconcile_once(
     finally:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
     memory.failures = 0
+    for pod in lagging:  # still there, the pod watch behind: they count as present a while longer
+        memory.created[pod["metadata"]["uid"]] = (now, pod)
     for deleted in plan.delete:  # a pod deleted must not live on here until its watch event comes
         memory.created.pop(deleted.uid or "", None)
     if done.created:  # the watch may have delivered some while the pass ran
@@ -318,14 +354,25 @@ async def reconcile_once(
 def _pass(
     job: dict[str, Any],
     children: list[dict[str, Any]],
+    overdue: list[dict[str, Any]],
     cached_nodes: list[dict[str, Any]],
     unknown_nodes: list[str],
     now: datetime,
     config: OperatorSettings,
-) -> tuple[Plan, io.Executed, dict[str, Any] | None]:
-    """The blocking part, in a worker thread: decide, write, and on a conflict read the job once."""
+) -> tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]:
+    """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
+    returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
     # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
     nodes = cached_nodes + io.read_nodes(unknown_nodes)
+    # Likewise a pod this operator created that its watch never delivered: after an outage the pod watch
+    # can reconnect seconds after the pass that created the gang. Ask before taking the pod for lost.
+    lagging = [pod_essentials(pod) for pod in io.read_pods(overdue)]
+    if lagging:
+        log.warning("the pod watch has not delivered %d pod(s) of %s/%s that exist; counting them",
+                    len(lagging), job["metadata"]["namespace"], job["metadata"]["name"])  # fmt: skip
+    known = {node["metadata"]["name"] for node in nodes}
+    nodes += io.read_nodes(name for name in nodes_to_judge(lagging) if name not in known)
+    children = children + lagging
     images = config.daemon_images
     plan = reconcile(job, children, now, nodes, daemon_images=images)
     if plan.read_networks:  # once an attempt, for jobs whose GPUDirect profile needs GKE Network objects
@@ -336,9 +383,9 @@ def _pass(
         plan = refused_pods(job, str(refused), now)
         done = io.execute(job, plan)
     if done.conflict:
-        return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"])
+        return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"]), lagging
     metrics.record_pass(job, plan.status, now)
-    return plan, done, None
+    return plan, done, None, lagging
 
 
 def _children(
@@ -347,15 +394,19 @@ def _children(
     pods: list[dict[str, Any]],
     created: Created,
     now: datetime,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The job's Service and pods as watched, and the pods it created that the watch lacks yet; forgets
-    the created pods the watch has now and those it has not delivered after CREATED_MEMORY."""
+    the created pods the watch has now and those it has not delivered after CREATED_MEMORY, which it
+    returns apart (overdue: the pass asks the API server whether they exist)."""
     seen = {pod["metadata"]["uid"] for pod in pods}
-    for pod_uid, (created_at, _) in list(created.items()):
+    overdue = []
+    for pod_uid, (created_at, pod) in list(created.items()):
         if pod_uid in seen or now - created_at > CREATED_MEMORY:
             del created[pod_uid]
+            if pod_uid not in seen and owned_by(pod, uid):
+                overdue.append(pod)
     pending = [pod for _, pod in created.values()]
-    return [child for child in [*services, *pods, *pending] if owned_by(child, uid)]
+    return [child for child in [*services, *pods, *pending] if owned_by(child, uid)], overdue
 
 
 def _remember_created(
@@ -368,8 +419,8 @@ def _remember_created(
             created[pod["metadata"]["uid"]] = (now, pod_essentials(pod))
 
 
-async def _sleep(waker: asyncio.Event, stopped: kopf.DaemonStopped, delay: float | None) -> None:
-    """Until woken, stopped (the job is being deleted: let Kopf release it at once) or `delay` is over."""
+async def _sleep(waker: asyncio.Event, stopped: asyncio.Event, delay: float | None) -> None:
+    """Until woken, stopped (the job is being deleted) or `delay` is over."""
     waits = [asyncio.ensure_future(waker.wait()), asyncio.ensure_future(stopped.wait())]
     try:
         await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)

@@ -181,3 +181,68 @@ def test_the_operator_may_list_gke_networks_and_nothing_more_of_them() -> None:
     assert network_rules == [
         {"apiGroups": ["networking.gke.io"], "resources": ["networks"], "verbs": ["list"]}
     ]
+
+
+# Every permission the operator holds, and the text in operator/dtjob (or the chart's Deployment) that
+# needs it: a client call, or a Kopf handler or flag for which Kopf makes the call. The chart grants
+# exactly these, in both modes.
+OPERATOR = REPO / "operator" / "dtjob"
+USED: dict[tuple[str, str, str], str] = {
+    # Kopf scans for the resources its handlers name, and follows the listed namespaces it watches.
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf.on.event(GROUP, VERSION, PLURAL)",
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"): "kopf.on.event(GROUP, VERSION, PLURAL)",
+    ("", "namespaces", "list"): "--namespace=",
+    ("", "namespaces", "watch"): "--namespace=",
+    ("", "nodes", "get"): ".read_node(",
+    ("", "nodes", "list"): ".list_node(",
+    ("", "nodes", "watch"): ".list_node(",
+    ("networking.gke.io", "networks", "list"): ".list_cluster_custom_object(NETWORK_GROUP",
+    ("training.dtjob.io", "distributedtrainingjobs", "get"): ".get_namespaced_custom_object(",
+    ("training.dtjob.io", "distributedtrainingjobs", "list"): "kopf.on.event(GROUP, VERSION, PLURAL)",
+    ("training.dtjob.io", "distributedtrainingjobs", "watch"): "kopf.on.event(GROUP, VERSION, PLURAL)",
+    # Kopf removes the finalizer earlier versions put on jobs (the persistence setting names it).
+    ("training.dtjob.io", "distributedtrainingjobs", "patch"): "settings.persistence.finalizer",
+    ("training.dtjob.io", "distributedtrainingjobs", "delete"): ".delete_namespaced_custom_object(",
+    (
+        "training.dtjob.io",
+        "distributedtrainingjobs/status",
+        "patch",
+    ): ".patch_namespaced_custom_object_status(",
+    ("", "pods", "get"): ".read_namespaced_pod(",  # a created pod its watch has not delivered
+    ("", "pods", "list"): 'kopf.index("pods"',
+    ("", "pods", "watch"): 'kopf.index("pods"',
+    ("", "pods", "create"): ".create_namespaced_pod(",
+    ("", "pods", "patch"): ".patch_namespaced_pod(",
+    ("", "pods", "delete"): ".delete_namespaced_pod",
+    ("", "services", "list"): 'kopf.index("services"',
+    ("", "services", "watch"): 'kopf.index("services"',
+    ("", "services", "create"): ".patch_namespaced_service(",  # server-side apply creates a missing one
+    ("", "services", "patch"): ".patch_namespaced_service(",
+    ("", "services", "delete"): ".delete_namespaced_service",
+    ("", "events", "create"): ".create_namespaced_event(",
+    ("", "events", "patch"): ".patch_namespaced_event(",
+    ("coordination.k8s.io", "leases", "create"): ".create_namespaced_lease(",
+    ("coordination.k8s.io", "leases", "get"): ".read_namespaced_lease(",
+    ("coordination.k8s.io", "leases", "update"): ".replace_namespaced_lease(",
+}
+
+
+def granted(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_chart_grants_exactly_the_verbs_the_code_uses() -> None:
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    source = "\n".join(p.read_text() for p in OPERATOR.rglob("*.py")) + deployment
+    for permission, needed_by in USED.items():
+        assert needed_by in source, f"{permission} is granted for {needed_by!r}, which the code no longer has"
+    for mode in ((), ("watchNamespaces={team-a}",)):
+        assert granted(render(*mode)) == set(USED), mode

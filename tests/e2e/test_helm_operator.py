@@ -70,13 +70,22 @@ def metrics(pod: client.V1Pod) -> str:
         return str(resp.read().decode())
 
 
+def assert_allowed(log: str) -> None:
+    """Everything the operator did, the chart's least-privilege RBAC allowed."""
+    assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+
+
 def test_helm_installed_operator_runs_a_job_survives_an_upgrade_and_uninstall_keeps_jobs(
     cluster_c: Cluster, installed: client.V1Pod, jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:
     assert installed.spec.service_account_name == "dtjob-dtjob-operator"
-    jobs.create(pytorch_job("helm-ddp", workers=2))
+    job = pytorch_job("helm-ddp", workers=2)
+    del job["spec"]["nccl"]  # Auto: the operator lists the cluster's GKE Networks under the chart's RBAC
+    jobs.create(job)
     before = {p.metadata.name: p.metadata.uid for p in jobs.wait_pods("helm-ddp", 2, phase="Running")}
     jobs.wait_condition("helm-ddp", "Running")
+    assert jobs.get("helm-ddp")["status"]["nccl"]["profile"] == "TCP"  # this cluster has none
+    assert_allowed(core.read_namespaced_pod_log(installed.metadata.name, namespace))
 
     # An upgrade replaces the operator pod; the running job's pods are left alone.
     repository, tag = images.OPERATOR.ref.rsplit(":", 1)
@@ -98,6 +107,8 @@ def test_helm_installed_operator_runs_a_job_survives_an_upgrade_and_uninstall_ke
     text = wait_for(succeeded_in_metrics, "the Succeeded job in the metrics")
     assert f'dtjob_jobs{{framework="PyTorch",namespace="{namespace}",phase="Succeeded"}} 1.0' in text
     assert "dtjob_reconcile_duration_seconds_count" in text
+
+    assert_allowed(core.read_namespaced_pod_log(upgraded.metadata.name, namespace))
 
     # Uninstalling the operator leaves the CRD and the jobs (and their data) in place.
     helm(cluster_c, "uninstall", RELEASE, "-n", namespace, "--wait")

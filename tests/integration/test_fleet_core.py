@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,8 +17,11 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 import dtjob.plan
+from dtjob.handlers import _pass
 from dtjob.kube import io
-from dtjob.plan import Event
+from dtjob.observed import pod_essentials
+from dtjob.plan import Event, reconcile
+from dtjob.settings import OperatorSettings
 from localcluster import Cluster, sim
 from tests.integration.conftest import CRD_FILE, JOB_LABEL, Jobs, pytorch_job, running_operator
 from tests.waiting import wait_for
@@ -200,3 +204,25 @@ def test_the_same_event_again_bumps_the_count_of_the_first(
         ("PodFailed", "pod noisy-worker-0: Error, exit code 1", 3),
     ]
     assert events[1].last_timestamp >= events[1].first_timestamp
+
+
+def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_as_lost(
+    cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, namespace: str
+) -> None:
+    """After an outage the pod watch can come back later than CREATED_MEMORY: the pass then GETs the
+    pods it created before it takes them for vanished members (which would restart the gang)."""
+    with running_operator(cluster_b, namespace):
+        jobs.create(pytorch_job("lagged"))
+        jobs.wait_condition("lagged", "Running")
+    job = jobs.get("lagged")
+    created = [
+        pod_essentials(jobs.core.api_client.sanitize_for_serialization(p)) for p in jobs.pods("lagged")
+    ]
+    now = datetime.now(UTC)
+    # What a watch that lost the pods would make of it: both members vanished, the gang restarts.
+    assert reconcile(job, [], now).status["phase"] == "Restarting"
+    # The pass asks first: they exist, so nothing restarts and nothing is written.
+    plan, _, _, lagging = _pass(job, [], created, [], [], now, OperatorSettings())
+    assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
+    assert plan.status is None and not plan.create and not plan.delete
+    assert jobs.get("lagged")["status"]["attempt"] == 1

@@ -13,10 +13,12 @@ from pydantic import ValidationError
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName, RestartPolicy, parse_job
 from dtjob.api.errors import describe
+from dtjob.api.semantics import semantic_problems
 from dtjob.cli import main
 from dtjob.crd import CRD_FILE, custom_resource_definition, structural
 from dtjob.docs import DOCS_FILE
 from tests.unit.bad_manifests import ALLOWED_UPDATES, BAD_MANIFESTS, BAD_UPDATES, merge_patch
+from tests.unit.builders import manifest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -192,3 +194,28 @@ def test_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     assert main(["crd", "--check", "--output", str(stale)]) == 1
     assert main(["crd", "--output", str(stale)]) == 0
     assert main(["crd", "--check", "--output", str(stale)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("container", "pod_spec", "problem"),
+    [
+        pytest.param({"env": 1000}, {}, "spec.replicas[0].template.spec.containers[0].env must be a list", id="env a number"),
+        pytest.param({"env": ["X=1"]}, {}, "spec.replicas[0].template.spec.containers[0].env[0] must be an object",
+                     id="an env entry a string"),
+        pytest.param({"resources": []}, {}, "spec.replicas[0].template.spec.containers[0].resources must be an object",
+                     id="resources a list"),
+        pytest.param({}, {"volumes": {"a": 1}}, "spec.replicas[0].template.spec.volumes must be a list", id="volumes a map"),
+        pytest.param({}, {"nodeSelector": "gpu"}, "spec.replicas[0].template.spec.nodeSelector must be an object",
+                     id="nodeSelector a string"),
+    ],
+)  # fmt: skip
+def test_template_fields_the_operator_merges_into_must_have_their_type(
+    container: dict[str, Any], pod_spec: dict[str, Any], problem: str
+) -> None:
+    trainer = {"name": "trainer", "image": "trainer:1", **container}
+    spec = DistributedTrainingJobSpec.model_validate(
+        manifest({"role": "Worker", "count": 1, "template": {"spec": {"containers": [trainer], **pod_spec}}})[
+            "spec"
+        ]
+    )
+    assert semantic_problems(spec) == [problem]

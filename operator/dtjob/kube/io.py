@@ -2,8 +2,9 @@
 
 All calls are blocking (the official client) and go through one client-side rate limit; the Kopf adapter
 runs them in its worker threads. Reads in the steady state come from the adapter's watch caches, not
-from here: this module reads only a job after a write conflict, a node the node cache does not hold, and
-the cluster's GKE Network objects once an attempt of a job whose network profile needs them.
+from here: this module reads only a job after a write conflict, a node the node cache does not hold, a
+pod the operator created that the pod watch has not delivered after a while (the watch lags after an
+outage), and the cluster's GKE Network objects once an attempt of a job whose network profile needs them.
 """
 
 from __future__ import annotations
@@ -84,6 +85,25 @@ def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
             if err.status != 404:
                 raise
     return nodes
+
+
+def read_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """These pods as they are now, one GET each: one that is gone, or whose name another pod took, is
+    absent."""
+    api, sanitize = core(), api_client().sanitize_for_serialization
+    found = []
+    for pod in pods:
+        meta = pod["metadata"]
+        _bucket.take()
+        try:
+            now = cast(dict[str, Any], sanitize(api.read_namespaced_pod(meta["name"], meta["namespace"])))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            continue
+        if now["metadata"].get("uid") == meta.get("uid"):
+            found.append(now)
+    return found
 
 
 def read_networks() -> frozenset[str]:

@@ -1,0 +1,64 @@
+"""Operator chaos, the long run: N jobs (an equal share of each planned life in tests/integration/chaos.py)
+while the operator process is SIGKILLed K times at random intervals, on tier B. Prints the figures and
+exits non-zero when a job ended off its plan, a pod was created twice, or something was left behind.
+
+    .venv/bin/python -m bench.chaos --jobs 50 --kills 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kubernetes import client, config
+
+from bench.gang_on_tier_b import new_namespace, tier_b
+from tests.integration.chaos import LIVES, Chaos, PodLedger, left_behind, live, outcome
+from tests.integration.conftest import Jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    cluster = tier_b()
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core = client.CoreV1Api(api)
+    namespace = new_namespace(core, "chaos")
+    jobs = Jobs(client.CustomObjectsApi(api), core, namespace)
+    lives = list(LIVES)
+    names = {f"{lives[i % len(lives)]}-{i}": lives[i % len(lives)] for i in range(args.jobs)}
+    logs = Path(tempfile.mkdtemp(prefix="dtjob-chaos-"))
+    chaos = Chaos(namespace, logs, kills=args.kills, seed=args.seed)
+    start = time.monotonic()
+    try:
+        with PodLedger(core, namespace).recording() as ledger, chaos.running():
+            # Spread the kills over the lives: the driver waits for a kill between its phases.
+            per_phase = max(1, args.kills // 4)  # live() has four phase boundaries
+            live(jobs, core, namespace, names, timeout=600, between=lambda: chaos.next_kill(per_phase))
+            wrong = outcome(jobs, names, timeout=600)
+            stray = left_behind(jobs, names)
+    finally:
+        core.delete_namespace(namespace)
+    twice = ledger.twice()
+    print(
+        f"jobs                     {len(names)} ({', '.join(f'{len(names) // len(lives)}x {life}' for life in lives)})"
+    )
+    print(f"operator SIGKILLs        {chaos.killed}")
+    print(f"wall time                {time.monotonic() - start:.0f} s")
+    print(f"pods created             {sum(len(uids) for uids in ledger.uids.values())}")
+    print(f"jobs off their plan      {len(wrong)} {wrong or ''}")
+    print(f"(job, attempt, role, index) with two pods  {len(twice)} {twice or ''}")
+    print(f"pods left behind         {len(stray)} {stray or ''}")
+    print(f"operator logs            {logs}")
+    return 1 if wrong or twice or stray else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Operator chaos: jobs live planned lives while the operator process is SIGKILLed again and again.
+
+Shared by tests/integration/test_chaos.py (a short run in the suite) and `python -m bench.chaos` (the
+long one, with figures). Every job's life is a plan: what happens to it, and the phase, attempt and
+restart counters it must end with. A watch records every pod ever created, so a pod created twice for
+one (job, attempt, role, index) shows even if it was deleted again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+
+from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL
+from localcluster import sim
+from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
+from tests.waiting import wait_for
+
+# The lives: (phase at the end, attempt at the end, failures, preemptions); None: the job is deleted.
+LIVES: dict[str, tuple[str, int, int, int] | None] = {
+    "clean": ("Succeeded", 1, 0, 0),
+    "preempted": ("Succeeded", 2, 0, 1),
+    "failed": ("Failed", 1, 0, 0),
+    "suspended": ("Succeeded", 2, 0, 0),  # a suspension moves the gang to the next attempt
+    "deleted": None,
+}
+
+
+@dataclass
+class Chaos:
+    """`dtjob run` restarted after a SIGKILL at random intervals, `kills` times, then left running."""
+
+    namespace: str
+    log_dir: Path
+    kills: int
+    seed: int = 0
+    interval: tuple[float, float] = (1.0, 4.0)
+    killed: int = 0
+    _process: subprocess.Popen[bytes] | None = None
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def _start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("DTJOB_METRICS_PORT", None)
+        with (self.log_dir / f"operator-{self.killed}.log").open("w") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "dtjob.cli", "run", "--namespace", self.namespace],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def _run(self) -> None:
+        pick = random.Random(self.seed)
+        while self.killed < self.kills and not self._done.is_set():
+            self._start()
+            self._done.wait(pick.uniform(*self.interval))  # chaos: the timing is the point
+            assert self._process is not None
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+            self.killed += 1
+        self._start()
+
+    def next_kill(self, count: int = 1) -> None:
+        """Until the operator has been killed `count` more times (or all kills are done)."""
+        target = min(self.killed + count, self.kills)
+        wait_for(lambda: self.killed >= target or None, f"operator kill {target}", timeout=60)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Chaos]:
+        thread = threading.Thread(target=self._run, name="chaos", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._done.set()
+            thread.join()
+            if self._process is not None and self._process.poll() is None:
+                self._process.terminate()
+                self._process.wait(timeout=20)
+
+
+class PodLedger:
+    """Every pod the job's watch shows being added, by (job, attempt, role, index): their uids."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+        self.uids: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+        self._core, self._namespace = core, namespace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pod ledger", daemon=True)
+
+    def _watch(self) -> None:
+        version = None
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                self._core.list_namespaced_pod, self._namespace, label_selector=JOB_NAME_LABEL,
+                resource_version=version, timeout_seconds=2,
+            )  # fmt: skip
+            for event in stream:
+                pod = event["object"]
+                version = pod.metadata.resource_version
+                labels = pod.metadata.labels or {}
+                key = (
+                    labels[JOB_NAME_LABEL],
+                    labels[ATTEMPT_LABEL],
+                    labels[ROLE_LABEL],
+                    labels[REPLICA_INDEX_LABEL],
+                )
+                self.uids[key].add(pod.metadata.uid)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[PodLedger]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+
+    def twice(self) -> dict[tuple[str, str, str, str], set[str]]:
+        return {key: uids for key, uids in self.uids.items() if len(uids) > 1}
+
+
+def live(
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    names: dict[str, str],
+    timeout: float,
+    between: Callable[[], None] = lambda: None,
+) -> None:
+    """Drive each job (name -> life) through its life; every step waits for the state it needs, and
+    `between` runs between the phases (the chaos waits for its next kill there)."""
+    for name, life in names.items():
+        policy = "Never" if life == "failed" else "OnFailure"
+        jobs.create(pytorch_job(name, runPolicy={"failureSettleSeconds": 0, "restartPolicy": policy}))
+    between()
+    for name in names:
+        gang_of_attempt(jobs, name, 1, 2, timeout=timeout)
+    between()
+    steps: dict[str, Callable[[str], None]] = {
+        "preempted": lambda n: sim.preempt_pod(core, namespace, f"{n}-worker-1"),
+        "failed": lambda n: sim.exit_pod(core, namespace, f"{n}-worker-0", exit_code=1),
+        "suspended": lambda n: jobs.patch(n, {"spec": {"runPolicy": {"suspend": True}}}),
+        "deleted": jobs.delete,
+    }
+    for name, life in names.items():
+        if life in steps:
+            steps[life](name)
+    between()
+    for name, life in names.items():
+        if life == "suspended":
+            jobs.wait_condition(name, "Suspended", timeout=timeout)
+            wait_for(lambda n=name: jobs.pods(n) == [] or None, f"{name}'s pods gone", timeout=timeout)
+            jobs.patch(name, {"spec": {"runPolicy": {"suspend": False}}})
+    between()
+    for name, life in names.items():
+        planned = LIVES[life]
+        if planned is None or planned[0] != "Succeeded":
+            continue
+        for pod in gang_of_attempt(jobs, name, planned[1], 2, timeout=timeout):
+            sim.exit_pod(core, namespace, pod.metadata.name, exit_code=0)
+
+
+def outcome(jobs: Jobs, names: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Each job's end, once it has one, against its plan: {name: (planned, got)} for the ones that differ."""
+    wrong = {}
+    for name, life in names.items():
+        planned = LIVES[life]
+        if planned is None:
+            wait_for(lambda n=name: _gone(jobs, n), f"{name} deleted", timeout=timeout)
+            wait_for(lambda n=name: jobs.pods(n) == [] or None, f"{name}'s pods collected", timeout=timeout)
+            continue
+        jobs.wait_condition(name, planned[0], timeout=timeout)
+        status = status_of(jobs, name)
+        restarts = status.get("restarts") or {}
+        got = (
+            status["phase"],
+            status["attempt"],
+            restarts.get("failures", 0),
+            restarts.get("preemptions", 0),
+        )
+        if got != planned:
+            wrong[name] = (planned, got)
+    return wrong
+
+
+def _gone(jobs: Jobs, name: str) -> bool | None:
+    try:
+        jobs.get(name)
+    except client.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return None
+
+
+def left_behind(jobs: Jobs, names: dict[str, str]) -> list[str]:
+    """Pods that should not be there once every job ended: of an attempt that is not the job's last, or
+    still running or pending."""
+    stray = []
+    for name, life in names.items():
+        if LIVES[life] is None:
+            continue
+        attempt = str(status_of(jobs, name)["attempt"])
+        stray += [p.metadata.name for p in jobs.pods(name)
+                  if p.metadata.labels[ATTEMPT_LABEL] != attempt or p.status.phase in ("Running", "Pending")]  # fmt: skip
+    return stray

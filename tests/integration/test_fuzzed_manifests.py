@@ -1,0 +1,155 @@
+"""Generated manifests, valid and mutated, sent to the real API server with the operator running.
+
+Each one ends one of three ways, and only these: the API server rejects it with a message that names
+the field; the operator marks it Invalid with a message that names the field; or it runs (the operator
+takes it: a status with a phase, and pods unless it is suspended). The operator never crashes nor loops
+on errors (`running_operator` fails the test on any traceback in its log). The counts are printed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kopf.testing import KopfRunner
+from kubernetes import client
+
+from tests.integration.conftest import Jobs, pytorch_job
+from tests.waiting import wait_for
+
+# Where a mutation lands, and what it may put there: wrong types, out-of-range numbers, unknown names.
+ODD_VALUES = st.one_of(
+    st.sampled_from([None, "", "x", -1, 0, 1, 2, 7, 9, 16, 1000, 10**9, True, 1.5, [], {}, "/a", [1]]),
+    st.sampled_from(
+        [
+            "PyTorch",
+            "Worker",
+            "Chief",
+            "PS",
+            "Evaluator",
+            "ExitCode",
+            "GPUDirectTCPXO",
+            "RDMA",
+            "nvidia-l4",
+            [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "bogus"}}}],
+        ]
+    ),
+    st.text(max_size=8),
+    st.integers(-5, 70000),
+)
+PATHS = [
+    ("spec", "framework"),
+    ("spec", "replicas", 0, "role"),
+    ("spec", "replicas", 0, "count"),
+    ("spec", "replicas", 0, "template", "spec", "containers"),
+    ("spec", "replicas", 0, "template", "spec", "containers", 0, "image"),
+    ("spec", "replicas", 0, "template", "spec", "containers", 0, "name"),
+    ("spec", "replicas", 0, "template", "spec", "volumes"),
+    ("spec", "replicas", 0, "template", "metadata", "labels"),
+    ("spec", "replicas", 0, "template", "spec", "containers", 0, "env"),
+    ("spec", "accelerator", "type"),
+    ("spec", "accelerator", "count"),
+    ("spec", "accelerator", "placementGroup"),
+    ("spec", "nccl", "profile"),
+    ("spec", "nccl", "env"),
+    ("spec", "nccl", "preflight", "enabled"),
+    ("spec", "checkpoint", "path"),
+    ("spec", "checkpoint", "volume"),
+    ("spec", "runPolicy", "backoffLimit"),
+    ("spec", "runPolicy", "restartPolicy"),
+    ("spec", "runPolicy", "suspend"),
+    ("spec", "runPolicy", "activeDeadlineSeconds"),
+    ("spec", "runPolicy", "failureSettleSeconds"),
+    ("spec", "torch", "nprocPerNode"),
+    ("spec", "tensorflow"),
+    ("spec", "unknownField"),
+]
+FIELD = re.compile(r"spec(\.[A-Za-z]|\[|\b)")
+
+
+@st.composite
+def manifests(draw: st.DrawFn, index: int) -> tuple[dict[str, Any], list[str]]:
+    """A valid job of a drawn shape, then up to three mutations (zero: the valid job itself)."""
+    job = pytorch_job(f"fuzz-{index}", workers=draw(st.integers(1, 3)), master=draw(st.booleans()))
+    if draw(st.booleans()):
+        job["spec"]["framework"] = "TensorFlow"
+        for replica in job["spec"]["replicas"]:
+            replica["role"] = {"Master": "Chief"}.get(replica["role"], replica["role"])
+    mutations = []
+    for _ in range(draw(st.integers(0, 3))):
+        path, value = draw(st.sampled_from(PATHS)), draw(ODD_VALUES)
+        if _set(job, path, value):
+            mutations.append(f"{'.'.join(map(str, path))}={json.dumps(value)}")
+    return job, mutations
+
+
+def _set(obj: Any, path: tuple[str | int, ...], value: Any) -> bool:
+    for step in path[:-1]:
+        try:
+            obj = obj.setdefault(step, {}) if isinstance(obj, dict) else obj[step]
+        except (IndexError, KeyError, TypeError):
+            return False
+        if not isinstance(obj, dict | list):
+            return False
+    if isinstance(obj, list) and not isinstance(path[-1], int):
+        return False
+    try:
+        obj[path[-1]] = value
+    except (IndexError, TypeError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> Iterator[Counter[str]]:
+    counts: Counter[str] = Counter()
+    yield counts
+    print(f"\nfuzzed manifests: {dict(counts)}")
+
+
+def outcome(jobs: Jobs, name: str, suspended: bool) -> tuple[str, str]:
+    """("invalid", message) or ("runs", phase), once the operator has said."""
+
+    def said() -> tuple[str, str] | None:
+        status = jobs.get(name).get("status") or {}
+        phase = status.get("phase")
+        if phase == "Invalid":
+            condition = next(c for c in status["conditions"] if c["type"] == "Invalid")
+            return "invalid", condition["message"]
+        if phase and (suspended or jobs.pods(name)):
+            return "runs", phase
+        return None
+
+    return wait_for(said, f"the operator's word on {name}", timeout=30)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_generated_manifest_is_rejected_invalid_or_running_never_a_crash(
+    operator: KopfRunner, jobs: Jobs, outcomes: Counter[str], data: st.DataObject
+) -> None:
+    index = sum(outcomes.values())
+    job, mutations = data.draw(manifests(index), label="manifest")
+    try:
+        jobs.create(copy.deepcopy(job))
+    except client.ApiException as err:
+        assert err.status in (400, 422), (err.status, err.body)
+        message = json.loads(err.body)["message"]
+        assert FIELD.search(message), f"{mutations}: the rejection names no field: {message}"
+        outcomes["rejected by the API server"] += 1
+        return
+    suspended = (job["spec"].get("runPolicy") or {}).get("suspend") is True
+    kind, said = outcome(jobs, job["metadata"]["name"], suspended)
+    if kind == "invalid":
+        assert FIELD.search(said), f"{mutations}: Invalid names no field: {said}"
+        outcomes["Invalid, naming the field"] += 1
+    else:
+        outcomes[f"ran ({'suspended' if suspended else 'pods created'})"] += 1
+    jobs.delete(job["metadata"]["name"])
