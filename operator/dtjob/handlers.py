@@ -220,8 +220,7 @@ async def pods_by_job(
 async def services_by_job(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[JobKey, str] | None:
-    service = {k: v for k, v in body.items() if k != "status"}
-    service["metadata"] = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    service = _without_managed_fields({k: v for k, v in body.items() if k != "status"})
     return {(namespace, labels[JOB_NAME_LABEL]): _compact(service)} if namespace else None
 
 
@@ -265,15 +264,20 @@ async def job_changed(
     if _going(type, body):
         return
     if memory is None:
-        memory = runtime.jobs[key] = JobMemory(body=dict(body))
+        memory = runtime.jobs[key] = JobMemory(body=_without_managed_fields(body))
         watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"])  # Kopf passes indexes by name
         memory.loop = asyncio.create_task(
             run_job(runtime, key, memory, watched), name=f"job {namespace}/{name}"
         )
         return
-    memory.body = dict(body)
+    memory.body = _without_managed_fields(body)
     memory.wakeup.set()
     memory.job_changed.set()
+
+
+def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy without metadata.managedFields, which no pass reads: most of a stored object's metadata."""
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
 
 
 def _going(event_type: str | None, body: kopf.Body) -> bool:
@@ -282,9 +286,8 @@ def _going(event_type: str | None, body: kopf.Body) -> bool:
 
 async def run_job(runtime: Runtime, key: JobKey, job: JobMemory, watched: Watched) -> None:
     try:
-        await _sleep(
-            runtime.nodes_synced, job.stopped, None
-        )  # until then an absent node could be a deleted one
+        # Until the node watch has its first listing, an absent node could be a deleted one.
+        await _sleep(runtime.nodes_synced, job.stopped, None)
         while not job.stopped.is_set():
             await _sleep(runtime.acting, job.stopped, None)  # a standby replica waits for the Lease
             if job.stopped.is_set():
