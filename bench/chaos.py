@@ -2,7 +2,7 @@
 while the operator process is SIGKILLed K times at random intervals, on tier B. Prints the figures and
 exits non-zero when a job ended off its plan, a pod was created twice, or something was left behind.
 
-    .venv/bin/python -m bench.chaos --jobs 50 --kills 20
+    .venv/bin/python -m bench.chaos --jobs 50 --kills 20 [--replicas 2]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=1, choices=[1, 2], help="2: kill the Lease holder")
     args = parser.parse_args(argv)
 
     cluster = tier_b()
@@ -35,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     lives = list(LIVES)
     names = {f"{lives[i % len(lives)]}-{i}": lives[i % len(lives)] for i in range(args.jobs)}
     logs = Path(tempfile.mkdtemp(prefix="dtjob-chaos-"))
-    chaos = Chaos(namespace, logs, kills=args.kills, seed=args.seed)
+    chaos = Chaos(namespace, logs, kills=args.kills, seed=args.seed, replicas=args.replicas)
     start = time.monotonic()
     try:
-        with PodLedger(core, namespace).recording() as ledger, chaos.running():
+        with PodLedger(core, namespace).recording() as ledger, chaos.running(client.CoordinationV1Api(api)):
             # Spread the kills over the lives: the driver waits for a kill between its phases.
             per_phase = max(1, args.kills // 4)  # live() has four phase boundaries
             live(jobs, core, namespace, names, timeout=600, between=lambda: chaos.next_kill(per_phase))
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     twice = ledger.twice()
     print(
         f"jobs                     {len(names)} ({', '.join(f'{len(names) // len(lives)}x {life}' for life in lives)})"
+    )
+    print(
+        f"operator replicas        {args.replicas}{' (the Lease holder is the one killed)' if args.replicas > 1 else ''}"
     )
     print(f"operator SIGKILLs        {chaos.killed}")
     print(f"wall time                {time.monotonic() - start:.0f} s")

@@ -29,6 +29,7 @@ from tests.integration.conftest import REPO, Jobs, pytorch_job
 from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
 from tests.waiting import wait_for
 
+LEASE = "dtjob-chaos"
 # The lives: (phase at the end, attempt at the end, failures, preemptions); None: the job is deleted.
 LIVES: dict[str, tuple[str, int, int, int] | None] = {
     "clean": ("Succeeded", 1, 0, 0),
@@ -41,36 +42,54 @@ LIVES: dict[str, tuple[str, int, int, int] | None] = {
 
 @dataclass
 class Chaos:
-    """`dtjob run` restarted after a SIGKILL at random intervals, `kills` times, then left running."""
+    """`replicas` `dtjob run` processes (two: leader election on, sharing a Lease), one SIGKILLed at random
+    intervals `kills` times and started again at once: the only one, or the Lease holder of two."""
 
     namespace: str
     log_dir: Path
     kills: int
     seed: int = 0
+    replicas: int = 1
     interval: tuple[float, float] = (1.0, 4.0)
     killed: int = 0
-    _process: subprocess.Popen[bytes] | None = None
+    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _done: threading.Event = field(default_factory=threading.Event)
 
-    def _start(self) -> None:
+    def _start(self, identity: str) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("DTJOB_METRICS_PORT", None)
-        with (self.log_dir / f"operator-{self.killed}.log").open("w") as log:
-            self._process = subprocess.Popen(
+        if self.replicas > 1:
+            env |= {"DTJOB_LEADER_ELECTION_LEASE": LEASE, "DTJOB_LEADER_ELECTION_NAMESPACE": self.namespace,
+                    "POD_NAME": identity}  # fmt: skip
+        with (self.log_dir / f"{identity}-{self.killed}.log").open("w") as log:
+            self._processes[identity] = subprocess.Popen(
                 [sys.executable, "-m", "dtjob.cli", "run", "--namespace", self.namespace],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
-    def _run(self) -> None:
+    def _holder(self, leases: client.CoordinationV1Api) -> str | None:
+        """The live replica that holds the Lease, if one does."""
+        with contextlib.suppress(client.ApiException):
+            holder = leases.read_namespaced_lease(LEASE, self.namespace).spec.holder_identity
+            if holder in self._processes and self._processes[holder].poll() is None:
+                return str(holder)
+        return None
+
+    def _run(self, leases: client.CoordinationV1Api) -> None:
         pick = random.Random(self.seed)
+        for index in range(self.replicas):
+            self._start(f"replica-{index}")
         while self.killed < self.kills and not self._done.is_set():
-            self._start()
             self._done.wait(pick.uniform(*self.interval))  # chaos: the timing is the point
-            assert self._process is not None
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait()
+            victim = next(iter(self._processes))
+            if self.replicas > 1:  # the leader: once the standby has taken over from the last one killed
+                victim = wait_for(lambda: self._holder(leases), "a live Lease holder", timeout=60)
+            process = self._processes.pop(victim)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
             self.killed += 1
-        self._start()
+            # A Deployment's new pod has a new name: the standby, not the new pod, takes the Lease over.
+            self._start(f"replica-{self.replicas - 1 + self.killed}" if self.replicas > 1 else victim)
 
     def next_kill(self, count: int = 1) -> None:
         """Until the operator has been killed `count` more times (or all kills are done)."""
@@ -78,17 +97,18 @@ class Chaos:
         wait_for(lambda: self.killed >= target or None, f"operator kill {target}", timeout=60)
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[Chaos]:
-        thread = threading.Thread(target=self._run, name="chaos", daemon=True)
+    def running(self, leases: client.CoordinationV1Api) -> Iterator[Chaos]:
+        thread = threading.Thread(target=self._run, args=(leases,), name="chaos", daemon=True)
         thread.start()
         try:
             yield self
         finally:
             self._done.set()
             thread.join()
-            if self._process is not None and self._process.poll() is None:
-                self._process.terminate()
-                self._process.wait(timeout=20)
+            for process in self._processes.values():
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(timeout=20)
 
 
 class PodLedger:
