@@ -187,3 +187,20 @@ def test_kubectl_shows_the_printer_columns_and_waits_for_success(
         json.loads(cluster_b.kubectl("-n", namespace, "get", "dtj", "cols", "-o", "json"))["status"]["phase"]
         == "Succeeded"
     )
+
+
+def test_a_job_deleted_and_created_again_under_its_name_gets_a_loop_of_its_own(
+    operator: KopfRunner, jobs: Jobs, namespace: str
+) -> None:
+    """The first job's loop ends with it; the namesake (a new uid) is run afresh, from attempt 1."""
+    jobs.create(pytorch_job("again"))
+    first = {p.metadata.uid for p in jobs.wait_pods("again", 2, phase="Running")}
+    first_uid = jobs.get("again")["metadata"]["uid"]
+    jobs.delete("again")
+    wait_for(lambda: jobs.pods("again") == [] or None, "the first job's pods collected", timeout=60)
+    jobs.create(pytorch_job("again", workers=3))
+    second = {p.metadata.uid for p in jobs.wait_pods("again", 3, phase="Running")}
+    job = jobs.get("again")
+    assert job["metadata"]["uid"] != first_uid and not first & second
+    assert job["status"]["attempt"] == 1 and job["status"]["restarts"]["total"] == 0
+    assert all(p.metadata.owner_references[0].uid == job["metadata"]["uid"] for p in jobs.pods("again"))

@@ -184,7 +184,7 @@ def test_an_operator_cut_off_from_the_api_server_backs_off_and_catches_up_when_t
         # While it is cut off the world moves on: a pod is preempted and a job is created.
         sim.preempt_pod(core, namespace, "hit-worker-1")
         jobs.create(pytorch_job("late"))
-        outage = OUTAGE_SECONDS or 20.0
+        outage = OUTAGE_SECONDS or 10.0
         time.sleep(outage)  # the outage's length is what is tested, not a wait for a state
         attempts = partition.attempts_while_cut
         partition.heal()
