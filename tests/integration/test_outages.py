@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -94,7 +95,7 @@ class Partition:
         self._server = socket.create_server((upstream[0], 0))
         self.port = self._server.getsockname()[1]
         self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # over cut, _open and the counter: a connection is in or refused
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -103,34 +104,56 @@ class Partition:
                 downstream, _ = self._server.accept()
             except OSError:
                 return
-            if self.cut.is_set():
-                self.attempts_while_cut += 1
+            with self._lock:
+                if self.cut.is_set():
+                    self.attempts_while_cut += 1
+                    downstream.close()
+                    continue
+            try:
+                upstream = socket.create_connection(self.upstream)
+            except OSError:
                 downstream.close()
                 continue
-            upstream = socket.create_connection(self.upstream)
             with self._lock:
+                if self.cut.is_set():  # cut while it connected: dropped like the rest
+                    downstream.close()
+                    upstream.close()
+                    continue
                 self._open |= {downstream, upstream}
-            for a, b in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._relay, args=(downstream, upstream), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        for end in (source, sink):
-            with contextlib.suppress(OSError):
-                end.close()
+    def _relay(self, a: socket.socket, b: socket.socket) -> None:
+        """Both directions of one connection, in one thread that alone closes its sockets, after its
+        last read: a descriptor closed under a pending read elsewhere could be reused by the next
+        connection, and that read would then steal the next connection's bytes (a watch that hangs)."""
+        peer = {a: b, b: a}
+        with selectors.DefaultSelector() as selector, contextlib.suppress(OSError):
+            for end in (a, b):
+                selector.register(end, selectors.EVENT_READ, data=end)
+            flowing = True
+            while flowing:
+                for ready, _ in selector.select():
+                    source: socket.socket = ready.data
+                    chunk = source.recv(65536)
+                    if not chunk:  # one side closed (or the link was cut): the connection ends
+                        flowing = False
+                        break
+                    peer[source].sendall(chunk)
+        with self._lock:
+            self._open -= {a, b}
+        a.close()
+        b.close()
 
     def sever(self) -> None:
-        self.cut.set()
         with self._lock:
-            for end in self._open:
+            self.cut.set()
+            for end in self._open:  # each relay thread sees its end and closes its sockets
                 with contextlib.suppress(OSError):
                     end.shutdown(socket.SHUT_RDWR)
-            self._open.clear()
 
     def heal(self) -> None:
-        self.cut.clear()
+        with self._lock:
+            self.cut.clear()
 
     def close(self) -> None:
         self.sever()
@@ -160,6 +183,10 @@ def operator_through(relay: Partition, cluster: Cluster, namespace: str, log: Pa
                                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         yield
+    except BaseException:
+        # pytest shows a failed test's output: the operator's own account of the outage.
+        print("operator log (last 150 lines):\n" + "\n".join(log.read_text().splitlines()[-150:]))
+        raise
     finally:
         process.terminate()
         try:
@@ -197,5 +224,5 @@ def test_an_operator_cut_off_from_the_api_server_backs_off_and_catches_up_when_t
         f"operator cut off for {outage:.0f}s: {attempts} connection attempts ({attempts / outage:.1f}/s); "
         "it caught up with a preemption and a new job when the link came back"
     )
-    # Kopf's watches (jobs, pods, services) and the node watch retry with pauses; the passes back off.
+    # Kopf's watches (jobs, pods, Services, NetworkPolicies) and the node watch retry with pauses; the passes back off.
     assert attempts / outage < 10, f"{attempts} connection attempts in {outage:.0f}s: no back-off"

@@ -1,10 +1,40 @@
-"""One configured API client for the operator process (in-cluster, else KUBECONFIG)."""
+"""One configured API client for the operator process (in-cluster, else KUBECONFIG).
+
+Every call has a deadline. The official client waits forever by default, and a request whose packets a
+partition drops (no reset, no close) would then hold a pass, and its place among the concurrent passes,
+for the kernel's TCP retransmission timeout (about 15 minutes). A call may name a longer one (a watch).
+"""
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any, Final
 
 from kubernetes import client, config
+
+# (connect, read) seconds: the apiserver answers a request in milliseconds to seconds; its own limit
+# for a non-watch request is 60 s (--request-timeout).
+REQUEST_TIMEOUT: Final = (10.0, 60.0)
+# The apiserver sends every watch that allows bookmarks a BOOKMARK event each minute, busy or idle. A watch
+# silent for longer is stalled (a half-open connection a partition or a middlebox left): reconnect it.
+# Kopf's watches do the same after 70 s (settings.watching.inactivity_timeout).
+WATCH_SILENCE_SECONDS: Final = 70.0
+
+
+class DeadlinedApiClient(client.ApiClient):
+    """An ApiClient whose calls time out after REQUEST_TIMEOUT unless they say otherwise."""
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        timeout = _request_timeout or REQUEST_TIMEOUT
+        return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
 
 
 @cache
@@ -13,7 +43,7 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+    return DeadlinedApiClient()
 
 
 def core() -> client.CoreV1Api:
@@ -26,3 +56,7 @@ def custom() -> client.CustomObjectsApi:
 
 def coordination() -> client.CoordinationV1Api:
     return client.CoordinationV1Api(api_client())
+
+
+def networking() -> client.NetworkingV1Api:
+    return client.NetworkingV1Api(api_client())

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from kubernetes.watch.watch import iter_resp_lines
 
-from dtjob.kube.client import core
+from dtjob.kube.client import REQUEST_TIMEOUT, WATCH_SILENCE_SECONDS, core
 from dtjob.observed import node_essentials
 
 # The apiserver ends a watch after this long; it is then resumed from the last resourceVersion seen.
@@ -84,6 +84,7 @@ class NodeWatch:
         self._response = core().list_node(
             watch=True, resource_version=version, allow_watch_bookmarks=True,
             timeout_seconds=WATCH_SECONDS, _preload_content=False,
+            _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SILENCE_SECONDS),  # per read: bookmarks come
         )  # fmt: skip
         try:
             for line in iter_resp_lines(self._response):

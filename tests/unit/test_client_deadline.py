@@ -1,0 +1,48 @@
+"""Every API call the operator makes has a deadline: a server that accepts and then never answers (what a
+partition that drops packets looks like) ends the call in seconds, not after TCP gives up."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import urllib3
+from kubernetes import client
+
+from dtjob.kube import client as dtjob_client
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A listening socket on the loopback that accepts connections (the kernel's backlog) but never reads
+    or writes a byte."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_call_to_a_server_that_never_answers_times_out_by_default(
+    silent_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.5))
+    configuration = client.Configuration(host=silent_server)
+    configuration.retries = False
+    api = client.CoreV1Api(dtjob_client.DeadlinedApiClient(configuration))
+    start = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        api.read_namespace("default")
+    assert time.monotonic() - start < 5
+
+
+def test_a_call_may_name_a_longer_deadline_than_the_default(
+    silent_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.2))
+    configuration = client.Configuration(host=silent_server)
+    configuration.retries = False
+    api = client.CoreV1Api(dtjob_client.DeadlinedApiClient(configuration))
+    start = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        api.read_namespace("default", _request_timeout=(1.0, 1.5))
+    assert time.monotonic() - start >= 1.4  # the call's own deadline, not the default's 0.2 s
