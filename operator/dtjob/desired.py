@@ -1,4 +1,4 @@
-"""The children a job should have: its headless Service, then one Pod per replica in rank order.
+"""A job's children: the headless Service, the NetworkPolicy if enabled, one Pod per replica in rank order.
 
 Pure and deterministic: the same job and attempt give byte-identical objects, ready for server-side
 apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
@@ -39,7 +39,15 @@ from typing import Any, Final
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
-from dtjob.names import TRAINER_CONTAINER, JobRef, job_labels, pod_labels, selector_labels, service_name
+from dtjob.names import (
+    TRAINER_CONTAINER,
+    JobRef,
+    job_labels,
+    network_policy_name,
+    pod_labels,
+    selector_labels,
+    service_name,
+)
 from dtjob.nccl import PROFILES, library_path, nccl_env
 from dtjob.preflight import preflight_container
 
@@ -69,13 +77,15 @@ TRAINER_IMAGE_UID: Final = 1000
 
 
 def render_children(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
-    """The Service and the Pods of `attempt` for a whole custom resource (raises if its spec is invalid)."""
+    """The Service, the NetworkPolicy (when enabled) and the Pods of `attempt` for a whole custom resource
+    (raises if its spec is invalid)."""
     return render(JobRef.of(job), DistributedTrainingJobSpec.model_validate(job["spec"]), attempt)
 
 
 def render(job: JobRef, spec: DistributedTrainingJobSpec, attempt: int) -> list[dict[str, Any]]:
     gang = Gang.of(job, spec, attempt)
-    return [render_service(gang), *(render_pod(gang, member) for member in gang.members)]
+    policy = [render_network_policy(gang)] if spec.network_policy.enabled else []
+    return [render_service(gang), *policy, *(render_pod(gang, member) for member in gang.members)]
 
 
 def render_service(gang: Gang) -> dict[str, Any]:
@@ -91,6 +101,25 @@ def render_service(gang: Gang) -> dict[str, Any]:
             "publishNotReadyAddresses": True,
             "selector": selector_labels(gang.job.name),
             "ports": [{"name": framework.port_name, "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def render_network_policy(gang: Gang) -> dict[str, Any]:
+    """Ingress to the job's pods only from the job's own pods, on every port and protocol: the rendezvous
+    port, TF_CONFIG's ports, the ports NCCL and gloo open at run time, the preflight's. No egress rule
+    (DNS, the checkpoint store and the image registry stay reachable). The kubelet's probes come from the
+    node, which NetworkPolicy always admits; anything else that must reach the pods (a Prometheus
+    scraping rank 0's DTJ_METRICS_PORT) needs a policy of its own: policies add up (docs/security.md)."""
+    gang_pods = {"matchLabels": selector_labels(gang.job.name)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(gang.job, network_policy_name(gang.job.name), job_labels(gang.job)),
+        "spec": {
+            "podSelector": gang_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": copy.deepcopy(gang_pods)}]}],
         },
     }
 

@@ -200,6 +200,7 @@ class Watched:
 
     pods: kopf.Index[JobKey, str]
     services: kopf.Index[JobKey, str]
+    network_policies: kopf.Index[JobKey, str]
 
 
 def _compact(obj: Mapping[str, Any]) -> str:
@@ -222,6 +223,15 @@ async def services_by_job(
 ) -> dict[JobKey, str] | None:
     service = _without_managed_fields({k: v for k, v in body.items() if k != "status"})
     return {(namespace, labels[JOB_NAME_LABEL]): _compact(service)} if namespace else None
+
+
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={JOB_NAME_LABEL: kopf.PRESENT})
+async def network_policies_by_job(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[JobKey, str] | None:
+    """Each job's NetworkPolicy (spec.networkPolicy), as the Service is kept."""
+    policy = _without_managed_fields(body)
+    return {(namespace, labels[JOB_NAME_LABEL]): _compact(policy)} if namespace else None
 
 
 @kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -265,7 +275,8 @@ async def job_changed(
         return
     if memory is None:
         memory = runtime.jobs[key] = JobMemory(body=_without_managed_fields(body))
-        watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"])  # Kopf passes indexes by name
+        # Kopf passes indexes by name.
+        watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"], kwargs["network_policies_by_job"])
         memory.loop = asyncio.create_task(
             run_job(runtime, key, memory, watched), name=f"job {namespace}/{name}"
         )
@@ -317,6 +328,7 @@ async def reconcile_once(
     now = datetime.now(UTC)
     pods = [json.loads(pod) for pod in watched.pods.get(key, [])]
     services = [json.loads(service) for service in watched.services.get(key, [])]
+    services += [json.loads(policy) for policy in watched.network_policies.get(key, [])]
     children, overdue = _children(job["metadata"]["uid"], services, pods, memory.created, now)
     assert runtime.nodes is not None, "the node watch starts with the operator"
     known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from threading import Lock
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -33,11 +33,13 @@ RECONCILE_SECONDS = Histogram(
     "Duration of one reconcile pass of one job (read, decide, apply, write status).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# status.preflight says GB/s (10^9 bytes/s, as nccl-tests prints it); Prometheus wants base units.
+BYTES_PER_GB: Final = 1e9
 PREFLIGHT_BUS_BANDWIDTH = Histogram(
-    "dtjob_preflight_bus_bandwidth_gbps",
-    "All-reduce busbw the NCCL preflight measured before an attempt trained, GB/s, by transport and result.",
+    "dtjob_preflight_bus_bandwidth_bytes_per_second",
+    "All-reduce busbw the NCCL preflight measured before an attempt trained, by transport and result.",
     ["namespace", "transport", "result"],
-    buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 400),
+    buckets=tuple(gb * BYTES_PER_GB for gb in (0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 400)),
 )
 RECONCILE_ERRORS = Counter("dtjob_reconcile_errors_total", "Reconcile passes that raised an error.")
 
@@ -87,7 +89,7 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
         result = "passed" if preflight.get("passed") else "failed"
         transport = str(preflight.get("transport") or "unknown")
         PREFLIGHT_BUS_BANDWIDTH.labels(namespace, transport, result).observe(
-            float(preflight.get("busBandwidthGbps") or 0.0)
+            float(preflight.get("busBandwidthGbps") or 0.0) * BYTES_PER_GB
         )
     old_restarts, new_restarts = old.get("restarts") or {}, new.get("restarts") or {}
     for key, reason in (("failures", "failure"), ("preemptions", "preemption")):

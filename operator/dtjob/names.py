@@ -47,6 +47,11 @@ def service_name(job_name: str) -> str:
     return job_name
 
 
+def network_policy_name(job_name: str) -> str:
+    """The NetworkPolicy (spec.networkPolicy) is named after the job, as the Service is."""
+    return job_name
+
+
 def pod_name(job_name: str, role: str, index: int) -> str:
     return f"{job_name}-{role.lower()}-{index}"
 

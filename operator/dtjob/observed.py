@@ -125,6 +125,7 @@ class NodeView:
 class Observed:
     service: Mapping[str, Any] | None
     pods: tuple[PodView, ...]
+    network_policy: Mapping[str, Any] | None = None
 
     def of_attempt(self, attempt: int) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.attempt == attempt)
@@ -144,13 +145,14 @@ def observe(
     (a bound pod whose node is absent sits on a deleted node); None when unknown, which skips node checks."""
     known = None if nodes is None else {v.name: v for v in map(node_view, nodes)}
     service = next((c for c in children if c.get("kind") == "Service"), None)
+    network_policy = next((c for c in children if c.get("kind") == "NetworkPolicy"), None)
     pods = tuple(
         sorted(
             (classify(c, now, known) for c in children if c.get("kind") == "Pod"),
             key=lambda p: (p.attempt or 0, p.name),
         )
     )
-    return Observed(service=service, pods=pods)
+    return Observed(service=service, pods=pods, network_policy=network_policy)
 
 
 # What a watch cache keeps of a pod: all that `classify`, `nodes_to_judge` and the plan read. The rest

@@ -1,14 +1,16 @@
 """The one pure entry point of the operator: a job and its children in, a Plan of what to do out.
 
-The Kopf adapter hands in the job, the pods and Service it owns and the nodes those pods are bound to (all
-from its watch caches), calls `reconcile`, and executes the Plan: deletes first, then creates, label
-patches and the Service's apply, then one status patch (only if it changed, guarded by the job's
+The Kopf adapter hands in the job, the pods, Service and NetworkPolicy it owns and the nodes those pods are
+bound to (all from its watch caches), calls `reconcile`, and executes the Plan: deletes first, then the
+Service's and NetworkPolicy's apply, creates and label patches, then one status patch (only if it changed, guarded by the job's
 resourceVersion), events, and the job's own deletion when its TTL expired.
 
 Writes only on change: a pod is created once and its spec never written again (a live pod's spec is
 immutable, and a newer operator's render must not touch running pods: the next attempt gets it); only the
-labels and annotations the operator owns are patched back when they drifted; the Service is applied only
-when it is missing or differs from the render.
+labels and annotations the operator owns are patched back when they drifted; the Service and the
+NetworkPolicy are applied only when missing or differing from the render. Both stay while the job lives
+(through suspensions, restarts and after it finished) and go with it by ownerReference; the NetworkPolicy
+is deleted when spec.networkPolicy.enabled is set back to false.
 
 A gang restart is two passes: the first only records attempt N+1 (and the counters) in the status; the
 next finds the pods of attempt N stale and deletes them, then creates attempt N+1 once they are gone. The
@@ -43,7 +45,7 @@ from dtjob.api import (
 )
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.desired import render_pod, render_service
+from dtjob.desired import render_network_policy, render_pod, render_service
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.nccl import NETWORK_GROUP, NetworkChoice, choose, missing_networks, needs_networks
@@ -98,7 +100,7 @@ class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
     """Pods to create (each once: one that exists already is fine)."""
     apply: list[dict[str, Any]] = field(default_factory=list)
-    """The Service, server-side applied, when it is missing or differs from the render."""
+    """The Service and the NetworkPolicy, server-side applied, when missing or differing from the render."""
     relabel: list[Relabel] = field(default_factory=list)
     delete: list[Delete] = field(default_factory=list)
     status: dict[str, Any] | None = None
@@ -162,7 +164,7 @@ def reconcile(
         create=pods,
         apply=service,
         relabel=relabel,
-        delete=[delete for delete, _ in deletes],
+        delete=[delete for delete, _ in deletes] + _policy_unwanted(spec, observed),
         status=_changed(old, new),
         events=events + [event for _, event in deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
@@ -281,14 +283,17 @@ def _changed(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
 def _writes(
     decision: Decision, gang: Gang, observed: Observed
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Relabel]]:
-    """The Service to apply (if it differs), the pods to create, the live pods to relabel."""
+    """The Service and NetworkPolicy to apply (if they differ), the pods to create, the live pods to
+    relabel."""
     action = decision.action
     keeps_gang = action in KEEPS_GANG and decision.reason != Reason.FINISHED
     if not keeps_gang and action not in (Action.SUSPEND, Action.RESTART_GANG):
         return [], [], []
     # The Service stays through a suspension or a restart: the gang comes back under the same names.
-    service = render_service(gang)
-    apply = [] if observed.service is not None and contains(observed.service, service) else [service]
+    # So does the NetworkPolicy: a pod is never up without it.
+    apply = _differing(observed.service, render_service(gang))
+    if gang.spec.network_policy.enabled:
+        apply += _differing(observed.network_policy, render_network_policy(gang))
     if not keeps_gang:
         return apply, [], []
     present = {p.name: p for p in observed.of_attempt(gang.attempt)}
@@ -297,6 +302,20 @@ def _writes(
     kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
     relabel = [r for m, pod in kept if (r := _drifted(pod, render_pod(gang, m))) is not None]
     return apply, created, relabel
+
+
+def _differing(observed: Mapping[str, Any] | None, desired: dict[str, Any]) -> list[dict[str, Any]]:
+    """[desired] when the object is missing or differs from it, else nothing."""
+    return [] if observed is not None and contains(observed, desired) else [desired]
+
+
+def _policy_unwanted(spec: DistributedTrainingJobSpec, observed: Observed) -> list[Delete]:
+    """The NetworkPolicy, once spec.networkPolicy.enabled is false again (the job's deletion takes it
+    along otherwise, by its ownerReference)."""
+    policy = observed.network_policy
+    if spec.network_policy.enabled or policy is None or policy["metadata"].get("deletionTimestamp"):
+        return []
+    return [Delete("NetworkPolicy", policy["metadata"]["name"], policy["metadata"].get("uid") or None)]
 
 
 def _drifted(pod: PodView, desired: Mapping[str, Any]) -> Relabel | None:

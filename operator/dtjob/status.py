@@ -116,12 +116,22 @@ def next_status(
             failures=restarts.failures + (not preempted),
             preemptions=restarts.preemptions + preempted,
             total=restarts.total + 1,
+            preflight_failures=restarts.preflight_failures,
         )
         last_restart = LastRestart(reason=decision.reason, message=decision.message, time=timestamp(now))
         conditions.set(
             ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
         )
         conditions.set(ConditionType.RUNNING, "False", "Restarting", decision.message)
+    if action == Action.FAIL and decision.reason == Reason.PREFLIGHT_FAILED:
+        # Its own counter: the fabric failed, not the code, so backoffLimit and total are left alone. Counted
+        # once: a failed job is finished, and no later pass decides FAIL again.
+        restarts = Restarts(
+            failures=restarts.failures,
+            preemptions=restarts.preemptions,
+            total=restarts.total,
+            preflight_failures=restarts.preflight_failures + 1,
+        )
     if decision.reason == Reason.SETTLING:
         conditions.set(ConditionType.RESTARTING, "True", decision.reason, decision.message)
         conditions.set(ConditionType.RUNNING, "False", "MemberEnded", decision.message)

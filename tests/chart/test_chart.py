@@ -187,6 +187,7 @@ def test_the_operator_may_list_gke_networks_and_nothing_more_of_them() -> None:
 # needs it: a client call, or a Kopf handler or flag for which Kopf makes the call. The chart grants
 # exactly these, in both modes.
 OPERATOR = REPO / "operator" / "dtjob"
+POLICY_INDEX = 'kopf.index("networking.k8s.io", "v1", "networkpolicies"'
 USED: dict[tuple[str, str, str], str] = {
     # Kopf scans for the resources its handlers name, and follows the listed namespaces it watches.
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf.on.event(GROUP, VERSION, PLURAL)",
@@ -219,6 +220,11 @@ USED: dict[tuple[str, str, str], str] = {
     ("", "services", "create"): ".patch_namespaced_service(",  # server-side apply creates a missing one
     ("", "services", "patch"): ".patch_namespaced_service(",
     ("", "services", "delete"): ".delete_namespaced_service",
+    ("networking.k8s.io", "networkpolicies", "list"): POLICY_INDEX,
+    ("networking.k8s.io", "networkpolicies", "watch"): POLICY_INDEX,
+    ("networking.k8s.io", "networkpolicies", "create"): ".patch_namespaced_network_policy(",  # as services
+    ("networking.k8s.io", "networkpolicies", "patch"): ".patch_namespaced_network_policy(",
+    ("networking.k8s.io", "networkpolicies", "delete"): ".delete_namespaced_network_policy",
     ("", "events", "create"): ".create_namespaced_event(",
     ("", "events", "patch"): ".patch_namespaced_event(",
     ("coordination.k8s.io", "leases", "create"): ".create_namespaced_lease(",

@@ -1,6 +1,7 @@
 """The NCCL preflight between real pods (tier C, gloo on CPU) with an impossible floor: the job fails at
-once with PreflightFailed, naming the transport and the figure, and charges no restart budget. (The
-passing preflight runs as the ddp-preflight example in test_examples.py.)"""
+once with PreflightFailed, naming the transport and the figure, counted in restarts.preflightFailures and
+charged to no restart budget. (The passing preflight runs as the ddp-preflight example in
+test_examples.py.)"""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ def test_a_preflight_below_its_floor_fails_the_job_fast_with_the_figures(
 ) -> None:
     images.ensure(cluster_c, images.TORCH_TRAINER)
     with running_operator(cluster_c, namespace):
-        jobs.create(preflight_job("too-slow", minBusBandwidthGbps=100000))
+        jobs.create(preflight_job("too-slow", minBusBandwidthGBps=100000))
         failed = jobs.wait_condition("too-slow", "Failed", timeout=300)
     assert failed["reason"] == "PreflightFailed", failed
     assert "transport gloo" in failed["message"] and "below the floor of 100000 GB/s" in failed["message"]
     status = jobs.get("too-slow")["status"]
-    assert status["restarts"]["total"] == 0
+    assert status["restarts"] == {"failures": 0, "preemptions": 0, "total": 0, "preflightFailures": 1}
     measured = status["preflight"]
     assert measured["passed"] is False and measured["busBandwidthGbps"] > 0
     assert (measured["backend"], measured["transport"], measured["worldSize"]) == ("gloo", "gloo", 2)

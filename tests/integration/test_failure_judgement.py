@@ -1,32 +1,46 @@
 """Every failure explained and charged to the right budget, against a real apiserver (tier B), the test
 playing the kubelet and the node controller in the orderings GKE shows: the peers of a preempted pod
-crash before its own status or its node says anything; torchrun exits 1 after its workers saved; a
-crashed trainer's last words reach the restart Event; a pod the apiserver refuses makes the job Invalid;
-TensorFlow's PS and Evaluator."""
+crash before its own status or its node says anything; a whole node shutdown whose preempted pod ends
+only after the gang was restarted; torchrun exits 1 after its workers saved; a crashed trainer's last
+words reach the restart Event; a pod the apiserver refuses makes the job Invalid; TensorFlow's PS and
+Evaluator."""
 
 from __future__ import annotations
 
 import copy
+import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from localcluster import sim
+from dtjob.names import ATTEMPT_LABEL
+from localcluster import Cluster, fakenodes, sim
 from tests.integration.conftest import Jobs, pytorch_job
-from tests.integration.test_fault_tolerance import events_of, gang_job, gang_of_attempt, status_of
+from tests.integration.test_fault_tolerance import (
+    events_of,
+    gang_job,
+    gang_of_attempt,
+    status_of,
+    still_there,
+)
 from tests.waiting import wait_for
 
 # Longer than any test takes to play its ordering: a disruption seen ends the window at once.
 SETTLE: dict[str, Any] = {"failureSettleSeconds": 120}
 
 
-def split_gang(name: str, nodes: list[str], **run_policy: Any) -> dict[str, Any]:
+def split_gang(
+    name: str, nodes: list[str], replacement: str | None = None, **run_policy: Any
+) -> dict[str, Any]:
     """Master on nodes[0], the Workers on nodes[1] and nodes[2] (a pod takes a node's 8 GPUs): what
-    happens to the master's node leaves its peers running elsewhere."""
+    happens to the master's node leaves its peers running elsewhere. A later Master may also go to
+    `replacement`, a node that joins only once the Master's node is gone."""
     job = gang_job(name, workers=2, master=True, runPolicy={**SETTLE, **run_policy})
-    for replica, hosts_of_role in zip(job["spec"]["replicas"], (nodes[:1], nodes[1:]), strict=True):
+    master_hosts = nodes[:1] + ([replacement] if replacement else [])
+    for replica, hosts_of_role in zip(job["spec"]["replicas"], (master_hosts, nodes[1:]), strict=True):
         hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": hosts_of_role}
         replica["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
@@ -89,6 +103,105 @@ def test_peers_that_crash_before_the_disruption_shows_are_charged_to_the_preempt
     warnings = [e.reason for e in events_of(core, namespace, "gke") if e.type == "Warning"]
     # The next Master may wait for a node (its own is going): that is news, not a failure.
     assert [reason for reason in warnings if reason != "PodUnschedulable"] == ["Preempted"]
+
+
+def node_name(index: int) -> str:
+    name: str = fakenodes.gpu_node(index)["metadata"]["name"]
+    return name
+
+
+@pytest.fixture
+def replacement(core: client.CoreV1Api) -> Iterator[int]:
+    """The index of a fake GPU node that does not exist yet: the VM GKE brings up in place of a reclaimed
+    one (out of own_nodes' range); removed afterwards."""
+    index = random.randrange(10000, 15000)
+    yield index
+    try:
+        core.delete_node(node_name(index))
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def being_deleted(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> bool:
+    """That very pod (not the next attempt's, of the same name) is terminating."""
+    now = core.read_namespaced_pod(pod.metadata.name, namespace)
+    return bool(now.metadata.uid == pod.metadata.uid and now.metadata.deletion_timestamp)
+
+
+NODE_SHUTDOWNS = [
+    pytest.param("OnFailure", 137, True,
+                 id="OnFailure: the Master is killed at the end of its grace (137), its kubelet confirms"),
+    pytest.param("ExitCode", 1, True,
+                 id="ExitCode: torchrun exits 1 on SIGTERM (permanent if charged), its kubelet confirms"),
+    pytest.param("ExitCode", 137, False,
+                 id="ExitCode: the Master is killed (137), then its node is deleted and the pod force-deleted"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("restart_policy", "late_exit_code", "kubelet_confirms"), NODE_SHUTDOWNS)
+def test_a_whole_node_shutdown_is_one_preemption_and_the_late_end_of_its_pod_charges_nothing_more(
+    restart_policy: str,
+    late_exit_code: int,
+    kubelet_confirms: bool,
+    operator: KopfRunner,
+    cluster_b: Cluster,
+    own_nodes: list[str],
+    replacement: int,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    """The real sequence of a node shutdown, each step played only once the operator has seen the one
+    before: the preempted pod's own end arrives after its gang was judged, restarted and deleted."""
+    jobs.create(
+        split_gang("down", own_nodes, replacement=node_name(replacement), restartPolicy=restart_policy)
+    )
+    master = next(p for p in gang_of_attempt(jobs, "down", 1, 3) if p.metadata.name == "down-master-0")
+    assert master.spec.node_name == own_nodes[0]
+
+    # 1. The peers on the other nodes see their collective break, and exit 1 first.
+    peers_crash(core, namespace, "down")
+    settling(jobs, "down")
+    assert status_of(jobs, "down")["restarts"]["total"] == 0
+
+    # 2. GKE taints the Master's node and its kubelet turns it NotReady. 3. The kubelet begins to kill the
+    # Master: DisruptionTarget on the still-running pod. The gang is judged a preemption.
+    sim.begin_node_shutdown(core, namespace, own_nodes[0], [master.metadata.name])
+    sim.mark_disruption_target(core, namespace, master.metadata.name)
+    status = restarted(jobs, "down")
+    charged = {"failures": 0, "preemptions": 1, "total": 1}
+    assert status["restarts"] == charged
+    assert status["lastRestart"]["reason"] == "Preempted"
+    assert "down-master-0" in status["lastRestart"]["message"]
+
+    # The operator deletes attempt 1; the Master's kubelet, still shutting down, holds on to its pod, and
+    # attempt 2 waits until it is gone.
+    wait_for(lambda: being_deleted(core, namespace, master), "the operator deleting attempt 1's Master")
+    assert [p.metadata.name for p in jobs.pods("down") if p.metadata.labels[ATTEMPT_LABEL] != "1"] == []
+
+    # 4. The grace period is over: the Master's end, long after the gang was judged and restarted.
+    name, uid = master.metadata.name, master.metadata.uid
+    assert sim.end_after_shutdown(core, namespace, name, uid, late_exit_code), "gone before its late end"
+
+    # 5. The kubelet confirms the deletion; or the VM is gone, GKE deletes the node, and the operator
+    # force-deletes the pod that ended but that no kubelet will ever confirm.
+    if kubelet_confirms:
+        assert sim.finalise_pod(core, namespace, name, uid)
+    else:
+        core.delete_node(own_nodes[0])
+    wait_for(lambda: not still_there(core, namespace, master), "attempt 1's Master gone", timeout=25)
+
+    # A replacement VM joins, the next Master goes there, and the gang of attempt 2 runs.
+    sim.add_gpu_node(cluster_b, replacement)
+    gang_of_attempt(jobs, "down", 2, 3)
+    status = status_of(jobs, "down")
+    assert (status["attempt"], status["restarts"]) == (2, charged)  # the late end charged nothing
+    assert jobs.condition("down", "Failed") is None
+    # The next Master waited for a node, and a pod no kubelet would confirm was force-deleted: news only.
+    news = ("PodUnschedulable", "ForceDeleted")
+    warnings = [e.reason for e in events_of(core, namespace, "down") if e.type == "Warning"]
+    assert [reason for reason in warnings if reason not in news] == ["Preempted"]
 
 
 def test_torchrun_exiting_1_after_its_workers_saved_a_checkpoint_is_a_preemption(

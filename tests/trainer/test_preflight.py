@@ -90,7 +90,7 @@ def preflight_pods(workdir: Path, **preflight: Any) -> list[dict[str, Any]]:
     ("preflight", "code", "reason"),
     [
         pytest.param({}, 0, "PreflightPassed", id="gloo between two local pods passes with no floor"),
-        pytest.param({"minBusBandwidthGbps": 100000}, PREFLIGHT_FAILED, "PreflightFailed", id="an impossible floor fails"),
+        pytest.param({"minBusBandwidthGBps": 100000}, PREFLIGHT_FAILED, "PreflightFailed", id="an impossible floor fails"),
     ],
 )  # fmt: skip
 def test_a_two_rank_sweep_reports_its_figures_and_every_rank_exits_with_the_verdict(

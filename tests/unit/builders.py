@@ -4,11 +4,13 @@ operator renders them with the status a kubelet would report."""
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from dtjob.desired import render_children
 from dtjob.nccl import PROFILES
+from dtjob.preflight import PREFLIGHT_CONTAINER
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 UID = "11111111-2222-3333-4444-555555555555"
@@ -144,6 +146,32 @@ def pulling(pod: dict[str, Any], reason: str, scheduled: str = "2030-01-01T11:59
     return _with(pod, {"phase": "Pending",
                        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
                        "containerStatuses": [{"name": "trainer", "image": "trainer:1", "state": {"waiting": waiting}}]})  # fmt: skip
+
+
+def preflight_outcome(reason: str, busbw: float = 41.25, transport: str = "GPUDirectTCPX_v7") -> str:
+    """The termination message the trainer runtime's preflight writes (dtjob_trainer.preflight)."""
+    figure = f"all-reduce busbw {busbw} GB/s at 64 MiB over 2 ranks, transport {transport}"
+    return json.dumps({"reason": reason, "message": figure, "busBandwidthGbps": busbw, "algBandwidthGbps": busbw,
+                       "sizeBytes": 64 << 20, "transport": transport, "backend": "nccl", "worldSize": 2,
+                       "seconds": 4.5})  # fmt: skip
+
+
+def preflight_ended(pod: dict[str, Any], exit_code: int, message: str) -> dict[str, Any]:
+    """Its dtj-preflight init container ended with `exit_code`: passed, the trainer runs; else the pod failed."""
+    terminated = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "message": message,
+    }
+    status = {"name": PREFLIGHT_CONTAINER, "state": {"terminated": terminated}}
+    if exit_code == 0:
+        pod = running(pod)
+        pod["status"]["initContainerStatuses"] = [status]
+        return pod
+    pod = running(pod)
+    pod["status"] = {"phase": "Failed", "initContainerStatuses": [status],
+                     "containerStatuses": [{"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}]}  # fmt: skip
+    return pod
 
 
 def node(

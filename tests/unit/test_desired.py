@@ -159,6 +159,31 @@ def test_the_headless_service_resolves_not_ready_pods_and_selects_the_job() -> N
     }
 
 
+def test_the_network_policy_admits_only_the_gangs_own_pods_on_every_port() -> None:
+    job = manifest(("Master", 1), ("Worker", 2), networkPolicy={"enabled": True})
+    children = render_children(job, attempt=2)
+    assert [c["kind"] for c in children] == ["Service", "NetworkPolicy", "Pod", "Pod", "Pod"]
+    policy = children[1]
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and "status" not in policy
+    assert policy["metadata"] == {
+        "name": "mnist", "namespace": "team-a",
+        "labels": {"training.dtjob.io/job-name": "mnist", "training.dtjob.io/job-uid": UID},
+        "ownerReferences": [{"apiVersion": "training.dtjob.io/v1alpha1", "kind": "DistributedTrainingJob",
+                             "name": "mnist", "uid": UID, "controller": True, "blockOwnerDeletion": True}],
+    }  # fmt: skip
+    gang = {"matchLabels": {"training.dtjob.io/job-name": "mnist"}}
+    # No `ports`: every port (the rendezvous, NCCL's, the preflight's); no namespaceSelector: this namespace.
+    assert policy["spec"] == {
+        "podSelector": gang,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": gang}]}],
+    }
+    # It selects every pod of the job, and every pod of the job is a peer it admits.
+    for pod in children[2:]:
+        assert gang["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert [c["kind"] for c in render_children(manifest(("Worker", 2)), 1)] == ["Service", "Pod", "Pod"]
+
+
 def test_pods_are_named_labelled_owned_and_wired_for_dns_in_rank_order() -> None:
     children = render_children(manifest(("Master", 1), ("Worker", 2)), attempt=3)
     assert [c["metadata"]["name"] for c in children] == [

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dtjob.desired import render_children
 from dtjob.plan import Delete, Event, Plan, Relabel, reconcile, refused_pods
 from tests.unit.builders import (
     NOW,
@@ -19,6 +20,8 @@ from tests.unit.builders import (
     node,
     pods_of,
     preempted,
+    preflight_ended,
+    preflight_outcome,
     running,
     service_of,
     template,
@@ -286,6 +289,36 @@ def test_a_second_preemption_before_the_new_gang_ran_is_announced_too() -> None:
     assert [e.reason for e in plan.events] == ["Preempted"]
 
 
+def test_a_failed_preflight_is_a_warning_event_and_its_own_counter_once() -> None:
+    preflight_job = {**JOB, "spec": {**JOB["spec"], "nccl": {"preflight": {"enabled": True}}}}
+    job, pods = started(preflight_job)
+    # A job that already restarted: the preflight's failure must leave those counters as they are.
+    job["status"]["restarts"] = {"failures": 1, "preemptions": 2, "total": 3}
+    fell_back = preflight_outcome("PreflightFailed", busbw=2.1, transport="Socket")
+    children = [preflight_ended(pod, 3, fell_back) for pod in pods.values()]
+    plan = reconcile(job, children, NOW + timedelta(seconds=10))
+    failed = after(job, plan)
+    assert failed["status"]["phase"] == "Failed"
+    assert failed["status"]["restarts"] == {
+        "failures": 1,
+        "preemptions": 2,
+        "total": 3,
+        "preflightFailures": 1,
+    }
+    failed_condition = condition(failed, "Failed")
+    assert failed_condition is not None
+    message = failed_condition["message"]
+    assert "PreflightFailed, exit code 3" in message and "transport Socket" in message
+    assert [e for e in plan.events if e.reason == "PreflightFailed"] == [
+        Event("Warning", "PreflightFailed", message)
+    ]
+
+    # The job is finished: later passes neither count nor announce the failure again.
+    again = reconcile(failed, children, NOW + timedelta(seconds=20))
+    assert after(failed, again)["status"]["restarts"] == failed["status"]["restarts"]
+    assert all(e.reason != "PreflightFailed" for e in again.events)
+
+
 def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not_recreated() -> None:
     job, pods = started()
     assert job["status"]["createdAttempt"] == 1
@@ -455,3 +488,69 @@ def test_a_spec_whose_pods_the_apiserver_refused_is_invalid_until_it_changes() -
     assert applied(fixed) == ["Service/mnist", *(f"Pod/{n}" for n in NAMES)]
     assert fixed.status is not None and fixed.status["phase"] == "Pending"
     assert Event("Normal", "ValidSpec", "the spec is valid") in fixed.events
+
+
+# spec.networkPolicy: the gang's NetworkPolicy is applied as the Service is, and deleted when turned off.
+ISOLATED = {**JOB, "spec": {**JOB["spec"], "networkPolicy": {"enabled": True}}}
+
+
+def policy_of(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's NetworkPolicy as the apiserver stores it: the render plus what the server adds."""
+    policy = next(c for c in render_children(job, 1) if c["kind"] == "NetworkPolicy")
+    policy["metadata"] |= {"uid": "uid-policy", "resourceVersion": "7", "generation": 1,
+                           "creationTimestamp": "2030-01-01T11:59:00Z"}  # fmt: skip
+    return policy
+
+
+def test_an_enabled_network_policy_is_applied_with_the_service_before_any_pod_is_created() -> None:
+    plan = reconcile(ISOLATED, [], NOW)
+    assert applied(plan) == ["Service/mnist", "NetworkPolicy/mnist", *(f"Pod/{n}" for n in NAMES)]
+    assert plan.apply[1]["spec"]["podSelector"] == {"matchLabels": {"training.dtjob.io/job-name": "mnist"}}
+
+
+def test_a_matching_network_policy_is_not_applied_again_a_missing_or_edited_one_is() -> None:
+    job, pods = started(ISOLATED)
+    live = [running(p) for p in pods.values()]
+    assert applied(reconcile(job, [service_of(ISOLATED), policy_of(ISOLATED), *live], NOW)) == []
+    # Missing (deleted by hand, or enabled on a running job): applied again; the pods are left alone.
+    assert applied(reconcile(job, [service_of(ISOLATED), *live], NOW)) == ["NetworkPolicy/mnist"]
+    opened = policy_of(ISOLATED)
+    opened["spec"]["ingress"] = [{}]  # edited to admit everyone
+    plan = reconcile(job, [service_of(ISOLATED), opened, *live], NOW)
+    assert applied(plan) == ["NetworkPolicy/mnist"] and plan.delete == []
+    assert plan.apply[0]["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"training.dtjob.io/job-name": "mnist"}}}]}
+    ]
+
+
+def test_without_spec_network_policy_no_policy_is_rendered_or_applied() -> None:
+    assert not [c for c in render_children(JOB, 1) if c["kind"] == "NetworkPolicy"]
+    assert "NetworkPolicy/mnist" not in applied(reconcile(JOB, [], NOW))
+    off = {**JOB, "spec": {**JOB["spec"], "networkPolicy": {"enabled": False}}}
+    assert "NetworkPolicy/mnist" not in applied(reconcile(off, [], NOW))
+
+
+def test_turning_the_network_policy_off_deletes_it_once() -> None:
+    job, pods = started(ISOLATED)
+    off = {**job, "spec": {**job["spec"], "networkPolicy": {"enabled": False}}}
+    live = [running(p) for p in pods.values()]
+    plan = reconcile(off, [service_of(JOB), policy_of(ISOLATED), *live], NOW)
+    assert plan.delete == [Delete("NetworkPolicy", "mnist", "uid-policy")] and applied(plan) == []
+    going = policy_of(ISOLATED)
+    going["metadata"]["deletionTimestamp"] = "2030-01-01T12:00:00Z"
+    assert reconcile(off, [service_of(JOB), going, *live], NOW).delete == []
+
+
+def test_the_network_policy_stays_through_a_suspension_and_after_the_job_finished() -> None:
+    job, pods = started(ISOLATED)
+    policy = policy_of(ISOLATED)
+    children = [service_of(ISOLATED), policy, *(running(p) for p in pods.values())]
+    suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    plan = reconcile(suspended, children, NOW + timedelta(minutes=1))
+    assert deleted(plan) == NAMES and applied(plan) == []
+    # Finished, its pods kept (cleanPodPolicy None): they stay isolated until the job is deleted.
+    kept = {**job, "spec": {**job["spec"], "runPolicy": {"cleanPodPolicy": "None"}}}
+    done = [service_of(ISOLATED), policy, exited(pods["mnist-master-0"], 0), *children[3:]]
+    plan = reconcile(kept, done, NOW + timedelta(minutes=5))
+    assert plan.status is not None and plan.status["phase"] == "Succeeded"
+    assert (applied(plan), plan.delete) == ([], [])

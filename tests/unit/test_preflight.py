@@ -3,7 +3,6 @@ transport by profile, its figures in status.preflight, and a failed preflight fa
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +10,15 @@ import pytest
 
 from dtjob.plan import Event, reconcile
 from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
-from tests.unit.builders import GKE_NETWORKS, NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
+from tests.unit.builders import (
+    GKE_NETWORKS,
+    NOW,
+    SHARED_CHECKPOINTS,
+    manifest,
+    pods_of,
+    preflight_ended,
+    preflight_outcome,
+)
 
 ACCELERATED = {"accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "nccl": {"profile": "GPUDirectTCPX"}}
 
@@ -63,35 +70,11 @@ def test_the_floor_and_expected_transport_come_from_the_network_profile(
 
 
 def test_a_floor_in_the_spec_wins_and_no_preflight_is_rendered_unless_enabled() -> None:
-    preflight = init_containers(job({"minBusBandwidthGbps": 55.5, "budgetSeconds": 12}, **ACCELERATED))[-1]
+    preflight = init_containers(job({"minBusBandwidthGBps": 55.5, "budgetSeconds": 12}, **ACCELERATED))[-1]
     assert env(preflight)["DTJ_PREFLIGHT_MIN_BUS_BANDWIDTH_GBPS"] == "55.5"
     assert env(preflight)["DTJ_PREFLIGHT_BUDGET_SECONDS"] == "12"
     plain = manifest(("Worker", 2), **ACCELERATED)
     assert PREFLIGHT_CONTAINER not in [c["name"] for c in init_containers(plain)]
-
-
-def outcome(reason: str, busbw: float = 41.25, transport: str = "GPUDirectTCPX_v7") -> str:
-    figure = f"all-reduce busbw {busbw} GB/s at 64 MiB over 2 ranks, transport {transport}"
-    return json.dumps({"reason": reason, "message": figure, "busBandwidthGbps": busbw, "algBandwidthGbps": busbw,
-                       "sizeBytes": 64 << 20, "transport": transport, "backend": "nccl", "worldSize": 2,
-                       "seconds": 4.5})  # fmt: skip
-
-
-def preflight_ended(pod: dict[str, Any], exit_code: int, message: str) -> dict[str, Any]:
-    terminated = {
-        "exitCode": exit_code,
-        "reason": "Completed" if exit_code == 0 else "Error",
-        "message": message,
-    }
-    status = {"name": PREFLIGHT_CONTAINER, "state": {"terminated": terminated}}
-    if exit_code == 0:
-        pod = running(pod)
-        pod["status"]["initContainerStatuses"] = [status]
-        return pod
-    pod = running(pod)
-    pod["status"] = {"phase": "Failed", "initContainerStatuses": [status],
-                     "containerStatuses": [{"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}]}  # fmt: skip
-    return pod
 
 
 def started(manifest_: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +85,7 @@ def started(manifest_: dict[str, Any]) -> dict[str, Any]:
 def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     spec = job(**ACCELERATED)
     pods = pods_of(spec)
-    children = [preflight_ended(pod, 0, outcome("PreflightPassed")) for pod in pods.values()]
+    children = [preflight_ended(pod, 0, preflight_outcome("PreflightPassed")) for pod in pods.values()]
     plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None
     assert plan.status["preflight"] == {
@@ -119,11 +102,9 @@ def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     assert again.status is None and again.events == []
 
 
-def test_a_failed_preflight_fails_the_job_fast_naming_the_transport_and_figure_and_charges_no_budget() -> (
-    None
-):
+def test_a_failed_preflight_fails_the_job_fast_naming_the_transport_and_figure_counted_apart() -> None:
     spec = job(**ACCELERATED)
-    fell_back = outcome("PreflightFailed", busbw=2.1, transport="Socket")
+    fell_back = preflight_outcome("PreflightFailed", busbw=2.1, transport="Socket")
     children = [preflight_ended(pod, 3, fell_back) for pod in pods_of(spec).values()]
     plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["phase"] == "Failed"
@@ -132,7 +113,8 @@ def test_a_failed_preflight_fails_the_job_fast_naming_the_transport_and_figure_a
     assert failed["message"].startswith("pod mnist-")
     assert "PreflightFailed, exit code 3" in failed["message"] and "2.1 GB/s" in failed["message"]
     assert "transport Socket" in failed["message"]
-    assert plan.status["restarts"] == {"failures": 0, "preemptions": 0, "total": 0}
+    # Counted apart, as the platform's failure: nothing charged to backoffLimit, maxPreemptions or total.
+    assert plan.status["restarts"] == {"failures": 0, "preemptions": 0, "total": 0, "preflightFailures": 1}
     assert plan.status["preflight"]["passed"] is False
 
 

@@ -2,12 +2,13 @@
 
 A job of a generated shape and policy lives through a generated series of passes: before each pass, every
 pod of the current and the previous attempts is in a generated state (absent, pending, running, exited
-with a generated code, preempted, disrupted, deleting, on a node that is Ready, NotReady or gone), the
-clock moves on a generated amount, and the status is what the last pass wrote. At every pass:
+with a generated code, failed in its NCCL preflight, preempted, disrupted, deleting, on a node that is
+Ready, NotReady or gone), the clock moves on a generated amount, and the status is what the last pass
+wrote. At every pass:
 
 - the same inputs give the same plan (determinism: the operator can redo any pass);
-- the attempt, the restart counters and createdAttempt never go down; total is failures + preemptions,
-  and every restart moved the attempt;
+- the attempt, the restart counters (preflightFailures too) and createdAttempt never go down; total is
+  failures + preemptions, and every restart moved the attempt;
 - a live pod of the current attempt is deleted only when the job is finishing, suspending or past its
   deadline, never in the middle of a run;
 - no pod is created for an attempt other than the current one, none twice, and never a pod that exists;
@@ -36,6 +37,8 @@ from tests.unit.builders import (
     pending,
     pods_of,
     preempted,
+    preflight_ended,
+    preflight_outcome,
     running,
 )
 
@@ -72,7 +75,7 @@ def jobs(draw: st.DrawFn) -> dict[str, Any]:
 
 
 POD_STATES = ["absent", "pending", "unschedulable", "running", "not-ready", "exit-0", "exit-1",
-              "exit-137", "exit-200", "preempted", "evicting", "deleting"]  # fmt: skip
+              "exit-137", "exit-200", "preempted", "evicting", "deleting", "preflight-failed"]  # fmt: skip
 
 
 def pod_in(state: str, pod: dict[str, Any], node_name: str) -> dict[str, Any] | None:
@@ -94,6 +97,10 @@ def pod_in(state: str, pod: dict[str, Any], node_name: str) -> dict[str, Any] | 
             made = disrupted_while_running(pod, "EvictionByEvictionAPI")
         case "deleting":
             made = deleting(running(pod))
+        case "preflight-failed":
+            made = preflight_ended(
+                pod, 3, preflight_outcome("PreflightFailed", busbw=2.1, transport="Socket")
+            )
         case _:
             made = exited(pod, int(state.removeprefix("exit-")))
     if made.get("spec", {}).get("nodeName"):
@@ -117,10 +124,10 @@ def worlds(
     return children, nodes
 
 
-def counters(status: dict[str, Any]) -> tuple[int, int, int, int]:
+def counters(status: dict[str, Any]) -> tuple[int, int, int, int, int]:
     restarts = status.get("restarts") or {}
     return (status.get("attempt", 1), restarts.get("failures", 0), restarts.get("preemptions", 0),
-            status.get("createdAttempt") or 0)  # fmt: skip
+            restarts.get("preflightFailures", 0), status.get("createdAttempt") or 0)  # fmt: skip
 
 
 def check_pass(job: dict[str, Any], children: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:

@@ -33,4 +33,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+# The job's NetworkPolicy (spec.networkPolicy): server-side apply creates it; deleted when turned off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create, patch, delete]
 {{- end -}}

@@ -239,7 +239,10 @@ class Preflight(WireModel):
     needs the dtjob trainer runtime (python -m dtjob_trainer.preflight), as dtjob's trainer images have."""
 
     enabled: bool = False
-    min_bus_bandwidth_gbps: Annotated[float, Field(ge=0.001, le=100000)] | None = None
+    # Spelled GBps on the wire: the unit is gigabytes per second, and to_camel would write "Gbps" (gigabits).
+    min_bus_bandwidth_gbps: Annotated[float, Field(ge=0.001, le=100000)] | None = Field(
+        default=None, alias="minBusBandwidthGBps"
+    )
     """The floor for all-reduce busbw at the largest size, in GB/s (10^9 bytes/s, as nccl-tests prints
     it). Unset: the network profile's default (none for TCP)."""
     budget_seconds: Annotated[int, Field(ge=1, le=600)] = 30
@@ -315,6 +318,17 @@ class RunPolicy(WireModel):
     failure_settle_seconds: Annotated[int, Field(ge=0, le=600)] = 30
     """How long a gang that lost a member with no disruption in sight is watched before the restart is
     charged to backoffLimit: a preemption seen meanwhile (often after the peers crashed) makes it one."""
+
+
+class NetworkPolicy(WireModel):
+    """Network isolation of the gang: a networking.k8s.io/v1 NetworkPolicy named after the job lets only
+    the job's own pods reach its pods, on every port (the rendezvous: MASTER_PORT, TF_CONFIG's ports, NCCL's
+    sockets, the preflight). It takes effect only where the cluster's network plugin enforces NetworkPolicy
+    (GKE: Dataplane V2 or network policy enforcement); a Prometheus scraping rank 0's /metrics needs a
+    policy of its own (docs/security.md)."""
+
+    enabled: bool = False
+    """Create the policy (the job's deletion takes it along); setting this back to false deletes it."""
 
 
 def _is(framework: Framework) -> str:
@@ -393,6 +407,7 @@ class DistributedTrainingJobSpec(WireModel):
     checkpoint: Checkpoint = Checkpoint()
     output: Output = Output()
     run_policy: RunPolicy = RunPolicy()
+    network_policy: NetworkPolicy = NetworkPolicy()
 
     rules = (
         *(_roles_rule(framework) for framework in Framework),

@@ -81,7 +81,7 @@ class ReplicaStatus(StatusModel):
 
 
 class Restarts(StatusModel):
-    """Gang restarts so far, by cause."""
+    """Gang restarts so far, by cause, and the attempts the platform failed."""
 
     failures: int = 0
     """Charged to runPolicy.backoffLimit."""
@@ -89,6 +89,10 @@ class Restarts(StatusModel):
     """Charged to runPolicy.maxPreemptions."""
     total: int = 0
     """failures + preemptions (a printer column)."""
+    # Written only once it counts something: the preflight is opt-in, and a 0 on every job would be noise.
+    preflight_failures: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Attempts whose NCCL preflight failed (spec.nccl.preflight): a failure of the platform, not of the
+    training code, so charged to no budget and not in total (the job fails instead of restarting)."""
 
 
 class LastRestart(StatusModel):

@@ -23,7 +23,7 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
-from dtjob.kube.client import api_client, core, custom
+from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
 from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
 from dtjob.plan import Delete, Event, Plan, Relabel
@@ -191,6 +191,8 @@ def relabel(namespace: str, op: Relabel) -> None:
 
 def apply(obj: Mapping[str, Any]) -> None:
     """Server-side apply under one field manager, forcing ownership so an edited Service drifts back."""
+    if obj["kind"] == "NetworkPolicy":
+        return apply_network_policy(obj)
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     _bucket.take()
     core().patch_namespaced_service(
@@ -198,10 +200,20 @@ def apply(obj: Mapping[str, Any]) -> None:
     )
 
 
+def apply_network_policy(obj: Mapping[str, Any]) -> None:
+    """The job's NetworkPolicy (spec.networkPolicy), server-side applied as the Service is."""
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    _bucket.take()
+    networking().patch_namespaced_network_policy(
+        name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
+    )
+
+
 def delete(namespace: str, op: Delete) -> None:
     """Delete only the object we decided about (uid precondition); gone already is fine."""
     api = core()
-    remove = {"Pod": api.delete_namespaced_pod, "Service": api.delete_namespaced_service}[op.kind]
+    remove = {"Pod": api.delete_namespaced_pod, "Service": api.delete_namespaced_service,
+              "NetworkPolicy": networking().delete_namespaced_network_policy}[op.kind]  # fmt: skip
     body = client.V1DeleteOptions(
         preconditions=client.V1Preconditions(uid=op.uid) if op.uid else None,
         grace_period_seconds=op.grace_period_seconds,

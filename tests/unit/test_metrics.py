@@ -1,0 +1,44 @@
+"""record_pass: what one pass's status does to the exported metrics, read back from the registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from dtjob.metrics import record_pass
+from tests.unit.builders import NOW, manifest
+
+BUSBW = "dtjob_preflight_bus_bandwidth_bytes_per_second"
+
+
+def preflight_samples(namespace: str, transport: str, result: str) -> tuple[float, float]:
+    """The histogram's count and sum for one label set (0 before its first observation)."""
+    labels = {"namespace": namespace, "transport": transport, "result": result}
+    count = REGISTRY.get_sample_value(f"{BUSBW}_count", labels) or 0.0
+    total = REGISTRY.get_sample_value(f"{BUSBW}_sum", labels) or 0.0
+    return count, total
+
+
+def measured(busbw_gbps: float, passed: bool, transport: str) -> dict[str, Any]:
+    return {"attempt": 1, "passed": passed, "busBandwidthGbps": busbw_gbps, "transport": transport}
+
+
+def test_a_new_preflight_result_is_observed_once_in_bytes_per_second_by_transport_and_result() -> None:
+    # The registry is the process's own: a namespace of this test's alone keeps other tests' samples out.
+    job = manifest(("Worker", 2))
+    job["metadata"]["namespace"] = "metrics-preflight"
+    new = {"phase": "Running", "preflight": measured(41.25, True, "GPUDirectTCPX_v7")}
+
+    record_pass(job, new, NOW)
+    assert preflight_samples("metrics-preflight", "GPUDirectTCPX_v7", "passed") == (1.0, 41.25e9)
+    labels = {"namespace": "metrics-preflight", "transport": "GPUDirectTCPX_v7", "result": "passed"}
+    assert REGISTRY.get_sample_value(f"{BUSBW}_bucket", {**labels, "le": "2e+10"}) == 0.0
+    assert REGISTRY.get_sample_value(f"{BUSBW}_bucket", {**labels, "le": "5e+10"}) == 1.0
+
+    record_pass({**job, "status": new}, None, NOW)  # the same result again: already counted
+    assert preflight_samples("metrics-preflight", "GPUDirectTCPX_v7", "passed") == (1.0, 41.25e9)
+
+    failed = {"phase": "Failed", "preflight": {**measured(2.1, False, "Socket"), "attempt": 2}}
+    record_pass({**job, "status": new}, failed, NOW)
+    assert preflight_samples("metrics-preflight", "Socket", "failed") == (1.0, 2.1e9)
