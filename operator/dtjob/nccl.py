@@ -165,10 +165,15 @@ GPUDIRECT_TCPX: Final = NetworkProfile(
     preflight_floor_gbps=10.0,
 )
 
-# A3 Mega. container-engine-accelerators gpudirect-tcpxo/README.md "NCCL configs" (release of 2026-01-09,
-# commit 0a2b482e) and nccl-test-latest.yaml (commit ced6fa74), read 2026-11-23. The env is what the
-# installer's nccl-env-profile.sh sets, with the README's lib directory replaced by where pods see it, as
-# it asks; a trainer that sources "$DTJ_NCCL_ENV_SCRIPT" gets the installed plugin's own values instead.
+# A3 Mega, read 2026-11-23 (tests/data/gke_recipes/gpudirect-tcpxo.yaml names every file and commit). Two
+# sources: the env is the newest "NCCL configs" list seen, the README's text as of its Jun 26, 2026 release
+# notes (only a fork's copy carries them; NCCL_NET_PLUGIN_TELEMETRY_MODE is the one variable the upstream
+# copy of Jan 9, 2026, commit 0a2b482e, lacks); the pod shape is upstream nccl-test-latest.yaml (commit
+# ced6fa74); the daemon is the newest upstream release's (v1.0.21, Jan 9, 2026; the fork's notes name
+# v1.0.23): it must match the plugin the admin's installer put on the node, hence overridable (chart,
+# job). The env is what the installer's nccl-env-profile.sh sets, with the README's lib directory replaced
+# by where pods see it, as it asks; a trainer that sources "$DTJ_NCCL_ENV_SCRIPT" gets the installed
+# plugin's own values instead.
 GPUDIRECT_TCPXO: Final = NetworkProfile(
     env=(
         ("NCCL_LIB_DIR", NVIDIA_LIB_DIR),

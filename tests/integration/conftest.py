@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from localcluster import Cluster, sim
 from tests.waiting import wait_for
@@ -160,3 +162,35 @@ def own_nodes(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[list[str]]
 
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1, default=str)[:3000]
+
+
+def passes() -> float:
+    """Reconcile passes the in-process operator has finished so far."""
+    return REGISTRY.get_sample_value("dtjob_reconcile_duration_seconds_count") or 0.0
+
+
+def wake(jobs: Jobs, name: str, n: int) -> None:
+    """Touch the job (an annotation: a job event) and wait until the operator ran a pass on it."""
+    before = passes()
+    jobs.patch(name, {"metadata": {"annotations": {"test.dtjob.io/poke": str(n)}}})
+    wait_for(lambda: passes() > before, "a pass after the job changed")
+
+
+class Records(logging.Handler):
+    """The operator's log records as they happen (it runs in this process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def adapter_log() -> Iterator[Records]:
+    """What the in-process operator's adapter logs (a failed pass says "reconcile of ...")."""
+    records, logger = Records(), logging.getLogger("dtjob.handlers")
+    logger.addHandler(records)
+    yield records
+    logger.removeHandler(records)

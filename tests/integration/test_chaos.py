@@ -43,4 +43,8 @@ def test_jobs_live_their_planned_lives_while_the_operator_is_killed_again_and_ag
     assert chaos.killed >= 4, "the jobs ended before the chaos did much"  # one kill between phases at least
     assert wrong == {}, wrong
     assert ledger.twice() == {}, ledger.twice()
+    # The ledger saw every job's pods: one that stopped early would make the check above prove nothing.
+    assert {job for job, *_ in ledger.uids} == set(names), sorted(
+        set(names) - {job for job, *_ in ledger.uids}
+    )
     assert stray == [], stray

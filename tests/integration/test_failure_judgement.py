@@ -18,7 +18,7 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL
 from localcluster import Cluster, fakenodes, sim
-from tests.integration.conftest import Jobs, pytorch_job
+from tests.integration.conftest import Jobs, Records, pytorch_job, wake
 from tests.integration.test_fault_tolerance import (
     events_of,
     gang_job,
@@ -253,6 +253,7 @@ REFUSED_TEMPLATES = [
 def test_a_pod_the_apiserver_refuses_makes_the_job_invalid_until_the_spec_is_fixed(
     env: list[dict[str, Any]],
     field: str,
+    adapter_log: Records,
     operator: KopfRunner,
     jobs: Jobs,
     core: client.CoreV1Api,
@@ -268,6 +269,12 @@ def test_a_pod_the_apiserver_refuses_makes_the_job_invalid_until_the_spec_is_fix
     refusals = [e for e in events_of(core, namespace, "refused") if e.reason == "PodRefused"]
     assert len(refusals) == 1 and refusals[0].type == "Warning" and field in refusals[0].message
     assert jobs.pods("refused") == []
+    # Said once, in one pass: woken again, the operator neither retries the pods nor logs a failed pass.
+    invalid_status = status_of(jobs, "refused")
+    for n in range(3):
+        wake(jobs, "refused", n)
+    assert jobs.pods("refused") == [] and status_of(jobs, "refused") == invalid_status
+    assert [m for m in adapter_log.messages if m.startswith("reconcile of")] == []
 
     # As the message says: the fix goes in with a suspension (running pods cannot change), then resume.
     replicas = job["spec"]["replicas"]

@@ -4,9 +4,8 @@ attempt; a failing job backs off on its own."""
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
-from prometheus_client import REGISTRY
 
 import dtjob.plan
 from dtjob.handlers import _pass
@@ -23,13 +21,16 @@ from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
 from dtjob.settings import OperatorSettings
 from localcluster import Cluster, sim
-from tests.integration.conftest import CRD_FILE, JOB_LABEL, Jobs, pytorch_job, running_operator
+from tests.integration.conftest import (
+    CRD_FILE,
+    JOB_LABEL,
+    Jobs,
+    Records,
+    pytorch_job,
+    running_operator,
+    wake,
+)
 from tests.waiting import wait_for
-
-
-def passes() -> float:
-    """Reconcile passes the in-process operator has finished so far."""
-    return REGISTRY.get_sample_value("dtjob_reconcile_duration_seconds_count") or 0.0
 
 
 def versions(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
@@ -43,13 +44,6 @@ def versions(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str
 def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.CoreV1Event]:
     items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in items if e.source and e.source.component == "dtjob-operator"]
-
-
-def wake(jobs: Jobs, name: str, n: int) -> None:
-    """Touch the job (an annotation: a job event) and wait until the operator ran a pass on it."""
-    before = passes()
-    jobs.patch(name, {"metadata": {"annotations": {"test.dtjob.io/poke": str(n)}}})
-    wait_for(lambda: passes() > before, "a pass after the job changed")
 
 
 def test_a_quiet_running_job_writes_nothing_when_woken(
@@ -144,25 +138,6 @@ def test_a_status_from_a_newer_version_keeps_the_attempt_and_deletes_no_pod(
             assert {p.metadata.name: p.metadata.uid for p in jobs.pods("rollback")} == uids
     finally:
         cluster_b.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-
-
-class Records(logging.Handler):
-    """The operator's log records as they happen (it runs in this process)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def adapter_log() -> Iterator[Records]:
-    records, logger = Records(), logging.getLogger("dtjob.handlers")
-    logger.addHandler(records)
-    yield records
-    logger.removeHandler(records)
 
 
 def test_a_job_whose_pods_admission_forbids_backs_off_alone(

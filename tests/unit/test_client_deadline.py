@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import urllib3
@@ -22,27 +22,31 @@ def silent_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.getsockname()[1]}"
 
 
+def api_at(server: str) -> client.CoreV1Api:
+    configuration = client.Configuration(host=server)
+    configuration.retries = False  # one attempt: the deadline is what is timed
+    return client.CoreV1Api(dtjob_client.DeadlinedApiClient(configuration))
+
+
+def seconds_to_time_out(call: Callable[[], object]) -> float:
+    start = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        call()
+    return time.monotonic() - start
+
+
 def test_a_call_to_a_server_that_never_answers_times_out_by_default(
     silent_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.5))
-    configuration = client.Configuration(host=silent_server)
-    configuration.retries = False
-    api = client.CoreV1Api(dtjob_client.DeadlinedApiClient(configuration))
-    start = time.monotonic()
-    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
-        api.read_namespace("default")
-    assert time.monotonic() - start < 5
+    api = api_at(silent_server)
+    assert seconds_to_time_out(lambda: api.read_namespace("default")) < 5
 
 
 def test_a_call_may_name_a_longer_deadline_than_the_default(
     silent_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.2))
-    configuration = client.Configuration(host=silent_server)
-    configuration.retries = False
-    api = client.CoreV1Api(dtjob_client.DeadlinedApiClient(configuration))
-    start = time.monotonic()
-    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
-        api.read_namespace("default", _request_timeout=(1.0, 1.5))
-    assert time.monotonic() - start >= 1.4  # the call's own deadline, not the default's 0.2 s
+    api = api_at(silent_server)
+    # The call's own deadline, not the default's 0.2 s.
+    assert seconds_to_time_out(lambda: api.read_namespace("default", _request_timeout=(1.0, 1.5))) >= 1.4
