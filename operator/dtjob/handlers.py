@@ -327,9 +327,12 @@ async def reconcile_once(
         return None
     now = datetime.now(UTC)
     pods = [json.loads(pod) for pod in watched.pods.get(key, [])]
-    services = [json.loads(service) for service in watched.services.get(key, [])]
-    services += [json.loads(policy) for policy in watched.network_policies.get(key, [])]
-    children, overdue = _children(job["metadata"]["uid"], services, pods, memory.created, now)
+    others = [
+        json.loads(obj)
+        for index in (watched.services, watched.network_policies)
+        for obj in index.get(key, [])
+    ]
+    children, overdue = _children(job["metadata"]["uid"], others, pods, memory.created, now)
     assert runtime.nodes is not None, "the node watch starts with the operator"
     known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
@@ -405,12 +408,12 @@ def _pass(
 
 def _children(
     uid: str,
-    services: list[dict[str, Any]],
+    others: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     created: Created,
     now: datetime,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The job's Service and pods as watched, and the pods it created that the watch lacks yet; forgets
+    """The job's Service, NetworkPolicy and pods as watched, and the pods it created that the watch lacks yet; forgets
     the created pods the watch has now and those it has not delivered after CREATED_MEMORY, which it
     returns apart (overdue: the pass asks the API server whether they exist)."""
     seen = {pod["metadata"]["uid"] for pod in pods}
@@ -421,7 +424,7 @@ def _children(
             if pod_uid not in seen and owned_by(pod, uid):
                 overdue.append(pod)
     pending = [pod for _, pod in created.values()]
-    return [child for child in [*services, *pods, *pending] if owned_by(child, uid)], overdue
+    return [child for child in [*others, *pods, *pending] if owned_by(child, uid)], overdue
 
 
 def _remember_created(

@@ -19,7 +19,6 @@ from dtjob.api import (
     Phase,
     PreflightResult,
     ReplicaStatus,
-    Restarts,
     Role,
     timestamp,
 )
@@ -112,11 +111,12 @@ def next_status(
     if action == Action.RESTART_GANG:
         attempt += 1
         preempted = decision.reason == Reason.PREEMPTED
-        restarts = Restarts(
-            failures=restarts.failures + (not preempted),
-            preemptions=restarts.preemptions + preempted,
-            total=restarts.total + 1,
-            preflight_failures=restarts.preflight_failures,
+        restarts = restarts.model_copy(
+            update={
+                "failures": restarts.failures + (not preempted),
+                "preemptions": restarts.preemptions + preempted,
+                "total": restarts.total + 1,
+            }
         )
         last_restart = LastRestart(reason=decision.reason, message=decision.message, time=timestamp(now))
         conditions.set(
@@ -126,12 +126,7 @@ def next_status(
     if action == Action.FAIL and decision.reason == Reason.PREFLIGHT_FAILED:
         # Its own counter: the fabric failed, not the code, so backoffLimit and total are left alone. Counted
         # once: a failed job is finished, and no later pass decides FAIL again.
-        restarts = Restarts(
-            failures=restarts.failures,
-            preemptions=restarts.preemptions,
-            total=restarts.total,
-            preflight_failures=restarts.preflight_failures + 1,
-        )
+        restarts = restarts.model_copy(update={"preflight_failures": restarts.preflight_failures + 1})
     if decision.reason == Reason.SETTLING:
         conditions.set(ConditionType.RESTARTING, "True", decision.reason, decision.message)
         conditions.set(ConditionType.RUNNING, "False", "MemberEnded", decision.message)

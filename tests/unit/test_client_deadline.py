@@ -12,6 +12,8 @@ import urllib3
 from kubernetes import client
 
 from dtjob.kube import client as dtjob_client
+from dtjob.kube import io
+from dtjob.plan import Event
 
 
 @pytest.fixture
@@ -50,3 +52,13 @@ def test_a_call_may_name_a_longer_deadline_than_the_default(
     api = api_at(silent_server)
     # The call's own deadline, not the default's 0.2 s.
     assert seconds_to_time_out(lambda: api.read_namespace("default", _request_timeout=(1.0, 1.5))) >= 1.4
+
+
+def test_an_event_the_api_server_never_answers_is_dropped_without_failing_the_pass(
+    silent_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The status is written by then: a failed pass would back off without ever posting the event again.
+    monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.2))
+    monkeypatch.setattr(io, "core", lambda: api_at(silent_server))
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}}
+    io.EventRecorder().post(job, Event("Normal", "Created", "the gang is created"))

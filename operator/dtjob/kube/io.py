@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
+import urllib3
 from kubernetes import client
 from pydantic import ValidationError
 
@@ -190,21 +191,13 @@ def relabel(namespace: str, op: Relabel) -> None:
 
 
 def apply(obj: Mapping[str, Any]) -> None:
-    """Server-side apply under one field manager, forcing ownership so an edited Service drifts back."""
-    if obj["kind"] == "NetworkPolicy":
-        return apply_network_policy(obj)
+    """Server-side apply of the job's Service or NetworkPolicy under one field manager, forcing ownership
+    so an edited one drifts back."""
+    patch = {"Service": core().patch_namespaced_service,
+             "NetworkPolicy": networking().patch_namespaced_network_policy}[obj["kind"]]  # fmt: skip
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     _bucket.take()
-    core().patch_namespaced_service(
-        name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
-    )
-
-
-def apply_network_policy(obj: Mapping[str, Any]) -> None:
-    """The job's NetworkPolicy (spec.networkPolicy), server-side applied as the Service is."""
-    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    _bucket.take()
-    networking().patch_namespaced_network_policy(
+    patch(
         name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
     )
 
@@ -276,13 +269,12 @@ class EventRecorder:
         try:
             bumped = self._bump(meta["namespace"], *known) if known else None
             name, count = bumped or self._create(job, event)
-        except client.ApiException as err:  # events are best effort: never fail a reconcile over one
+        # Events are best effort: never fail a reconcile over one. That includes the link going down
+        # after the status was written: a retried pass would not post it again, only back off.
+        except (client.ApiException, urllib3.exceptions.HTTPError) as err:
+            why = err.reason if isinstance(err, client.ApiException) else type(err).__name__
             log.warning(
-                "could not post event %s on %s/%s: %s",
-                event.reason,
-                meta["namespace"],
-                meta["name"],
-                err.reason,
+                "could not post event %s on %s/%s: %s", event.reason, meta["namespace"], meta["name"], why
             )
             return
         with self._lock:
