@@ -217,13 +217,13 @@ USED: dict[tuple[str, str, str], str] = {
     ("", "pods", "delete"): ".delete_namespaced_pod",
     ("", "services", "list"): 'kopf.index("services"',
     ("", "services", "watch"): 'kopf.index("services"',
-    ("", "services", "create"): ".patch_namespaced_service(",  # server-side apply creates a missing one
-    ("", "services", "patch"): ".patch_namespaced_service(",
+    ("", "services", "create"): ".patch_namespaced_service",  # server-side apply creates a missing one
+    ("", "services", "patch"): ".patch_namespaced_service",
     ("", "services", "delete"): ".delete_namespaced_service",
     ("networking.k8s.io", "networkpolicies", "list"): POLICY_INDEX,
     ("networking.k8s.io", "networkpolicies", "watch"): POLICY_INDEX,
-    ("networking.k8s.io", "networkpolicies", "create"): ".patch_namespaced_network_policy(",  # as services
-    ("networking.k8s.io", "networkpolicies", "patch"): ".patch_namespaced_network_policy(",
+    ("networking.k8s.io", "networkpolicies", "create"): ".patch_namespaced_network_policy",  # as services
+    ("networking.k8s.io", "networkpolicies", "patch"): ".patch_namespaced_network_policy",
     ("networking.k8s.io", "networkpolicies", "delete"): ".delete_namespaced_network_policy",
     ("", "events", "create"): ".create_namespaced_event(",
     ("", "events", "patch"): ".patch_namespaced_event(",

@@ -189,7 +189,8 @@ def live(
         planned = LIVES[life]
         if planned is None or planned[0] != "Succeeded":
             continue
-        for pod in gang_of_attempt(jobs, name, planned[1], 2, timeout=timeout):
+        # Rank 0 last, as a gang ends: once it succeeds the job is done and the operator deletes the rest.
+        for pod in reversed(gang_of_attempt(jobs, name, planned[1], 2, timeout=timeout)):
             sim.exit_pod(core, namespace, pod.metadata.name, exit_code=0)
 
 

@@ -55,8 +55,9 @@ def check_recovered(jobs: Jobs, core: client.CoreV1Api, namespace: str, uids: di
         assert {p.metadata.uid for p in jobs.pods(name)} == uids[name]
         assert (status_of(jobs, name)["attempt"], status_of(jobs, name)["restarts"]["total"]) == (1, 0)
     for name in [*CALM, "hit"]:
-        sim.exit_pod(core, namespace, f"{name}-worker-0", exit_code=0)
+        # Rank 0 last: once it succeeds the job is done and the operator deletes the rest.
         sim.exit_pod(core, namespace, f"{name}-worker-1", exit_code=0)
+        sim.exit_pod(core, namespace, f"{name}-worker-0", exit_code=0)
     for name in [*CALM, "hit"]:
         jobs.wait_condition(name, "Succeeded", timeout=60)
     assert status_of(jobs, "hit")["attempt"] == 2
