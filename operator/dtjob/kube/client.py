@@ -43,7 +43,12 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return DeadlinedApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # One quick retry (a kept-alive connection the apiserver had closed); past that a pass fails and backs
+    # off per job, and the node watch has its own ladder: urllib3's default of three made each request
+    # four connection attempts at once against an apiserver that is away.
+    configuration.retries = 1
+    return DeadlinedApiClient(configuration)
 
 
 def core() -> client.CoreV1Api:
