@@ -61,7 +61,17 @@ from dtjob.status import (
     transition_events,
 )
 
-__all__ = ["Delete", "Event", "Plan", "Relabel", "dump_status", "read_status", "reconcile", "refused_pods"]
+__all__ = [
+    "Delete",
+    "Event",
+    "Plan",
+    "Relabel",
+    "dump_status",
+    "read_status",
+    "reconcile",
+    "refused_pods",
+    "status_patch",
+]
 
 # Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
 # current attempt's pods drift back when edited.
@@ -104,7 +114,8 @@ class Plan:
     relabel: list[Relabel] = field(default_factory=list)
     delete: list[Delete] = field(default_factory=list)
     status: dict[str, Any] | None = None
-    """The whole new status, or None when it equals the job's current one."""
+    """The whole new status, or None when it equals the job's current one. It is written as the merge
+    patch from the stored status (`status_patch`), so that a field it lacks is gone from the server too."""
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     read_networks: bool = False
@@ -243,6 +254,22 @@ def _int_or(value: Any, default: int) -> int:
 
 def dump_status(status: JobStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def status_patch(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns the stored status into `new`, the whole status a pass
+    decided: a field `new` leaves out is written as null, which deletes it. A patch of `new` alone would
+    keep every field the pass cleared (brokenSince after a settle window, say): a merge patch keeps what
+    it omits. Lists are replaced whole, as a merge patch does anyway."""
+    patch: dict[str, Any] = {key: None for key in (stored or {}) if key not in new}
+    for key, value in new.items():
+        old = (stored or {}).get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            if nested := status_patch(old, value):
+                patch[key] = nested
+        elif value != old:
+            patch[key] = value
+    return patch
 
 
 def refused_pods(job: Mapping[str, Any], refusal: str, now: datetime) -> Plan:

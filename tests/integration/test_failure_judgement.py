@@ -204,6 +204,22 @@ def test_a_whole_node_shutdown_is_one_preemption_and_the_late_end_of_its_pod_cha
     assert [reason for reason in warnings if reason not in news] == ["Preempted"]
 
 
+def test_a_second_break_of_the_same_job_gets_its_full_settle_window(
+    operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    """The settle window's start (status.brokenSince) is removed from the stored status once the restart
+    is recorded, so the next break is watched for the whole window again, not charged at once."""
+    jobs.create(gang_job("twice", workers=2, runPolicy={"failureSettleSeconds": 3}))
+    for attempt, crashing in ((1, "twice-worker-0"), (2, "twice-worker-1")):
+        gang_of_attempt(jobs, "twice", attempt, 2)
+        assert "brokenSince" not in status_of(jobs, "twice"), "a finished settle window left on the job"
+        sim.exit_pod(core, namespace, crashing, exit_code=1)
+        watching = settling(jobs, "twice")  # the second break too: not charged before its window ran
+        assert crashing in watching["message"] and status_of(jobs, "twice")["attempt"] == attempt
+        wait_for(lambda a=attempt: status_of(jobs, "twice").get("attempt") == a + 1, f"attempt {attempt + 1}")
+    assert status_of(jobs, "twice")["restarts"] == {"failures": 2, "preemptions": 0, "total": 2}
+
+
 def test_torchrun_exiting_1_after_its_workers_saved_a_checkpoint_is_a_preemption(
     operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:

@@ -61,6 +61,20 @@ def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
 GKE_NETWORKS = frozenset(network for profile in PROFILES.values() for network in profile.networks)
 
 
+def merged(stored: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) applied as the apiserver applies it: null deletes, objects merge,
+    anything else replaces."""
+    result = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict):
+            result[key] = merged(result[key] if isinstance(result.get(key), dict) else {}, value)
+        else:
+            result[key] = value
+    return result
+
+
 def pods_of(job: dict[str, Any], attempt: int = 1) -> dict[str, dict[str, Any]]:
     """The job's rendered pods by name, as created (no status yet)."""
     rendered = [c for c in render_children(job, attempt) if c["kind"] == "Pod"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dtjob.desired import render_children
-from dtjob.plan import Delete, Event, Plan, Relabel, reconcile, refused_pods
+from dtjob.plan import Delete, Event, Plan, Relabel, reconcile, refused_pods, status_patch
 from tests.unit.builders import (
     NOW,
     SHARED_CHECKPOINTS,
@@ -17,6 +17,7 @@ from tests.unit.builders import (
     deleting,
     exited,
     manifest,
+    merged,
     node,
     pods_of,
     preempted,
@@ -36,8 +37,11 @@ def job_with(**run_policy: Any) -> dict[str, Any]:
 
 
 def after(job: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """The job as stored once the plan's status patch landed."""
-    return {**job, "status": plan.status} if plan.status is not None else job
+    """The job as stored once the plan's status patch landed: the merge patch the operator sends, applied
+    as the apiserver applies it."""
+    if plan.status is None:
+        return job
+    return {**job, "status": merged(job.get("status") or {}, status_patch(job.get("status"), plan.status))}
 
 
 def applied(plan: Plan) -> list[str]:
@@ -255,6 +259,32 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
     assert [p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in pods2] == ["2", "2", "2"]
     assert {"name": "DTJ_ATTEMPT", "value": "2"} in pods2[0]["spec"]["containers"][0]["env"]
     assert recreate.status is not None and recreate.status["createdAttempt"] == 2
+
+
+def test_a_second_break_of_the_gang_gets_its_full_settle_window() -> None:
+    """brokenSince, set while the first break settled, is gone from the stored status once the restart
+    is recorded: the next break starts a window of its own instead of being charged at once."""
+    job, pods = started()
+    first = [
+        running(pods["mnist-master-0"]),
+        exited(pods["mnist-worker-0"], 1),
+        running(pods["mnist-worker-1"]),
+    ]
+    broken = after(job, reconcile(job, first, NOW + timedelta(minutes=1)))
+    assert broken["status"]["brokenSince"] == "2030-01-01T12:01:00Z"
+    restarting = after(broken, reconcile(broken, first, NOW + timedelta(minutes=1, seconds=30)))
+    assert restarting["status"]["attempt"] == 2 and "brokenSince" not in restarting["status"]
+
+    recreated = after(restarting, recreate := reconcile(restarting, [], NOW + timedelta(minutes=2)))
+    second = {p["metadata"]["name"]: p for p in recreate.create}
+    again = [
+        running(second["mnist-master-0"]),
+        running(second["mnist-worker-0"]),
+        exited(second["mnist-worker-1"], 1),
+    ]
+    watching = reconcile(recreated, again, NOW + timedelta(minutes=5))
+    assert watching.status is not None and watching.status["brokenSince"] == "2030-01-01T12:05:00Z"
+    assert watching.status["restarts"]["failures"] == 1 and watching.requeue_after == 30.0
 
 
 def test_a_preemption_restarts_at_once_and_is_counted_apart() -> None:

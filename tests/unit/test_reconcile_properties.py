@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dtjob.names import ATTEMPT_LABEL
-from dtjob.plan import Plan, reconcile
+from dtjob.plan import Plan, reconcile, status_patch
 from tests.unit.builders import (
     NOW,
     SHARED_CHECKPOINTS,
@@ -33,6 +33,7 @@ from tests.unit.builders import (
     disrupted_while_running,
     exited,
     manifest,
+    merged,
     node,
     pending,
     pods_of,
@@ -175,4 +176,23 @@ def test_a_job_through_generated_passes_keeps_the_cores_promises(
         plan = reconcile(copy.deepcopy(job), copy.deepcopy(children), now, copy.deepcopy(nodes))
         again = reconcile(copy.deepcopy(job), copy.deepcopy(children), now, copy.deepcopy(nodes))
         assert again == plan, "the same inputs gave another plan"
-        job = {**job, "status": check_pass(job, children, plan)}
+        stored = job.get("status") or {}
+        job = {**job, "status": merged(stored, status_patch(stored, check_pass(job, children, plan)))}
+        assert job["status"] == (plan.status or stored), "the stored status is not the one the pass decided"
+
+
+# What a status holds: no nulls (dump_status leaves them out).
+JSON = st.recursive(
+    st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
+    max_leaves=10,
+)
+STATUSES = st.dictionaries(st.sampled_from("abcd"), JSON, max_size=4)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=STATUSES, new=STATUSES)
+def test_the_status_patch_leaves_exactly_the_decided_status_on_the_server(
+    stored: dict[str, Any], new: dict[str, Any]
+) -> None:
+    assert merged(stored, status_patch(stored, new)) == new

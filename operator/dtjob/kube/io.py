@@ -27,7 +27,7 @@ from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
 from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
-from dtjob.plan import Delete, Event, Plan, Relabel
+from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
 FIELD_MANAGER = "dtjob-operator"
@@ -221,10 +221,12 @@ def delete(namespace: str, op: Delete) -> None:
 
 
 def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Write the status the pass decided, only onto the version of the job it decided on: the job as
-    written, or None when it changed since (409): nothing was written, and the pass must decide again."""
+    """Write the status the pass decided (the whole of it: what it lacks is removed), only onto the
+    version of the job it decided on: the job as written, or None when it changed since (409): nothing
+    was written, and the pass must decide again."""
     meta = job["metadata"]
-    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+    patch = status_patch(job.get("status"), status)
+    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
     _bucket.take()
     try:
         written = custom().patch_namespaced_custom_object_status(
