@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     lives = list(LIVES)
     names = {f"{lives[i % len(lives)]}-{i}": lives[i % len(lives)] for i in range(args.jobs)}
     logs = Path(tempfile.mkdtemp(prefix="dtjob-chaos-"))
-    chaos = Chaos(namespace, logs, kills=args.kills, seed=args.seed, replicas=args.replicas)
+    # With two replicas, the leader is taken away by SIGKILL, SIGTERM and a partition in turn.
+    chaos = Chaos(namespace, logs, kills=args.kills, seed=args.seed, replicas=args.replicas,
+                  cluster=cluster if args.replicas > 1 else None)  # fmt: skip
     start = time.monotonic()
     try:
         with PodLedger(core, namespace).recording() as ledger, chaos.running(client.CoordinationV1Api(api)):

@@ -21,7 +21,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from dtjob.names import ATTEMPT_LABEL
-from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION
+from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION, watching_namespace
 
 CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"
 POLL_SECONDS = 0.02
@@ -89,7 +89,8 @@ def operator_namespace(prefix: str) -> Iterator[Namespace]:
     name = new_namespace(core, prefix)
     namespace = Namespace(core, client.CustomObjectsApi(api), name)
     try:
-        with KopfRunner(["run", "--standalone", "--namespace", name, "-m", "dtjob.handlers"], timeout=60):
+        args = ["run", "--standalone", "--namespace", name, "-m", "dtjob.handlers"]
+        with watching_namespace(name), KopfRunner(args, timeout=60):
             try:
                 yield namespace
             finally:

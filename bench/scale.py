@@ -325,8 +325,14 @@ class Operator:
 
     def __init__(self, src: Path, namespace: str, kubeconfig: Path, qps: float, burst: int) -> None:
         self.src, self.namespace = src, namespace
-        self.env = {**os.environ, "PYTHONPATH": str(src), "KUBECONFIG": str(kubeconfig),
-                    "DTJOB_API_QPS": f"{qps:g}", "DTJOB_API_BURST": str(burst)}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(src),
+            "KUBECONFIG": str(kubeconfig),
+            "DTJOB_API_QPS": f"{qps:g}",
+            "DTJOB_API_BURST": str(burst),
+            "DTJOB_NAMESPACES": namespace,
+        }  # fmt: skip  (an older checkout ignores it)
         self.env.pop("DTJOB_METRICS_PORT", None)
         self.log = LOG_DIR / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import urllib.request
+from pathlib import Path
+from typing import Final
 
 from localcluster.layout import (
     APISERVER_PORT,
@@ -28,6 +30,28 @@ def kubectl_ok(layout: Layout, *args: str) -> bool:
         ).returncode
         == 0
     )
+
+
+# Who wrote what, and when: the writes to the objects the operator owns, not their status updates by
+# kubelets and kwok (subresources are not matched by their resource). Tests read it to prove that a
+# deposed leader wrote nothing after the takeover (the operator's user agent names its replica).
+AUDIT_POLICY: Final = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources:
+  - {group: "", resources: [pods, services, events]}
+  - {group: networking.k8s.io, resources: [networkpolicies]}
+  - {group: training.dtjob.io, resources: [distributedtrainingjobs, distributedtrainingjobs/status]}
+- level: None
+"""
+
+
+def _audit_policy(layout: Layout) -> Path:
+    return write_if_changed(layout.state / "audit-policy.yaml", AUDIT_POLICY)
 
 
 def start(layout: Layout, procs: Processes) -> None:
@@ -57,7 +81,9 @@ def start(layout: Layout, procs: Processes) -> None:
          f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
          f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
          "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
-         "--endpoint-reconciler-type=lease", "--v=1"],
+         "--endpoint-reconciler-type=lease", "--v=1",
+         f"--audit-policy-file={_audit_policy(layout)}", f"--audit-log-path={layout.audit_log}",
+         "--audit-log-format=json", "--audit-log-maxsize=100", "--audit-log-maxbackup=1"],
     )  # fmt: skip
     wait_ready(layout, procs, "kube-apiserver")
 

@@ -66,6 +66,10 @@ class Layout:
         return self.state / "log"
 
     @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    @property
     def pids(self) -> Path:
         return self.state / "pid"
 

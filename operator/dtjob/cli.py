@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,9 @@ def _run_operator(args: argparse.Namespace) -> int:
     import kopf  # only the operator needs Kopf; `dtjob crd` and `dtjob docs` stay light
 
     import dtjob.handlers  # noqa: F401  (registers the handlers)
+    from dtjob.settings import NAMESPACES_VARIABLE
+
+    os.environ[NAMESPACES_VARIABLE] = ",".join(args.namespace)  # what the operator's readers watch
 
     kopf.configure(verbose=args.verbose)
     # No Kopf peering: replicas share a Lease of their own (dtjob.kube.leader) and only its holder acts.

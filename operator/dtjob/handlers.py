@@ -1,11 +1,14 @@
-"""The only Kopf adapter: one long-lived loop per job, deciding on what the operator's watches saw.
+"""The only Kopf adapter: one long-lived loop per job, deciding on what the operator's reflectors saw.
 
-Reads come from the watch streams: Kopf indexes keep the job's pods and its Service current (Kopf holds
-every handler back until their first listing is in), a lighter watch of its own keeps every node's Ready
-condition (`kube.nodes`; passes wait for its first listing), and each job's loop keeps the job as its
-watch last delivered it. A pass therefore makes no API read in the steady state; it writes only what
-changed (see `plan`). The loop is an asyncio task that the job's first event starts and its deletion
-ends: no finalizer holds a job (or its namespace) back when no operator runs.
+Reads come from one kind of reader for every kind (`kube.caches`, `kube.reflector`): a list, then a watch,
+each (re)listing replacing what was known, so an object deleted or changed while a watch was away is
+seen as such. Passes start only once every reader has listed. Each job's loop keeps the job as its
+reader last delivered it; a pass therefore makes no API read in the steady state and writes only what
+changed (see `plan`). The loop is an asyncio task that the job's first sighting starts and its deletion
+(seen by the watch, by a relisting, or as a 404 on a write) ends: no finalizer holds a job (or its
+namespace) back when no operator runs. A loop that dies of an error outside its pass is started again,
+with an Event. Kopf runs the process: start-up, shutdown, signals, and the health endpoint, which
+reports a reader that cannot list (missing RBAC, an apiserver away) as not ready.
 
 Where a cache can lag behind the operator's own writes, the write carries the guard and the adapter
 remembers what it wrote until the watch catches up:
@@ -13,13 +16,16 @@ remembers what it wrote until the watch catches up:
   (409), reads the job once, and decides again; the job as written (or read) is used until the watch
   delivers that version or a newer one, so a restart is never recorded twice;
 - the pods a pass created count as present until the pod watch delivers them, so the next pass neither
-  creates them again nor takes them for lost members of the gang.
+  creates them again nor takes them for lost members of the gang;
+- a member the cache says is gone is confirmed gone by a fresh listing of the job's pods before it is
+  charged (a new leader's cache may not have every pod the old one created yet).
 
 Pod, node and job events only wake a job's loop; a pass runs when something changed or a timer is due,
 under a bound on concurrent passes, and a failed pass backs off exponentially (with jitter) for that job
 alone. A finished job sleeps until its TTL or an event. With leader election on, only the replica that
-holds the Lease runs passes; the other keeps its caches warm. All state that must survive a restart
-(the attempt, restart counters) lives in the job's status, never in memory.
+holds the Lease runs passes, and every write checks that it still holds it (`io.fence`); the other keeps
+its caches warm. All state that must survive a restart (the attempt, restart counters) lives in the job's
+status, never in memory.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import logging
 import random
 import time
+import traceback
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,12 +46,10 @@ from typing import Any, Final
 import kopf
 
 from dtjob import heap, metrics
-from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube import io, leader
-from dtjob.kube.nodes import NodeWatch
-from dtjob.names import JOB_NAME_LABEL
+from dtjob.kube.caches import Caches, JobKey
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
-from dtjob.plan import Plan, reconcile, refused_pods
+from dtjob.plan import Event, Plan, reconcile, refused_pods
 from dtjob.settings import OperatorSettings, from_env
 
 # A safety net only: every input reaches a pass through the watches, and every time-based check through
@@ -58,10 +63,15 @@ BACKOFF_MAX_SECONDS: Final = 300.0
 # is milliseconds; a stale entry would hold a restarting gang back for this long.
 CREATED_MEMORY: Final = timedelta(seconds=10)
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+# The finalizer that versions before the uninstall fix put on jobs (Kopf's, for its daemon): removed.
+LEGACY_FINALIZER: Final = "training.dtjob.io/finalizer"
+# A job's loop that died of an error outside its pass is started again after this long.
+LOOP_RESTART_SECONDS: Final = 1.0
+# On shutdown, how long the passes under way may take to end before the Lease is released anyway.
+SHUTDOWN_GRACE_SECONDS: Final = 15.0
 
 log = logging.getLogger(__name__)
-JobKey = tuple[str, str]
-heap.limit_arenas()  # at import: before Kopf, the node watch and the pass pool start their threads
+heap.limit_arenas()  # at import: before Kopf, the readers and the pass pool start their threads
 Created = dict[str, tuple[datetime, dict[str, Any]]]
 """The pods a pass created that the pod watch had not delivered, by uid, with when they were created."""
 
@@ -98,8 +108,7 @@ class Runtime:
     leadership: leader.Leadership | None = None
     election: asyncio.Task[None] | None = None
     heap_trimmer: asyncio.Task[None] | None = None
-    nodes: NodeWatch | None = None
-    nodes_synced: asyncio.Event = field(default_factory=asyncio.Event)
+    caches: Caches | None = None
 
     def __post_init__(self) -> None:
         self.passes = asyncio.Semaphore(self.config.max_concurrent_passes)
@@ -111,63 +120,99 @@ def _runtime(memo: kopf.Memo) -> Runtime:
     return runtime
 
 
-def _wake(memo: kopf.Memo, namespace: str | None, name: str | None, job_changed: bool = False) -> None:
-    if namespace and name and (job := _runtime(memo).jobs.get((namespace, name))):
-        job.wakeup.set()
-        if job_changed:
-            job.job_changed.set()
-
-
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Each object's memo is a shallow copy of this operator-wide one: created here, the one runtime is
-    # shared by the pods' handlers and the jobs' loops.
+    # shared by the probe and the jobs' loops.
     config = from_env()
+    if not config.namespaces and not settings.peering.clusterwide:
+        raise kopf.PermanentError(
+            "the operator watches the namespaces in DTJOB_NAMESPACES (`dtjob run --namespace` sets it); "
+            "`kopf run --namespace` alone does not say them to its readers"
+        )
     runtime = Runtime(config)
     memo["runtime"] = runtime
     io.limit_rate(config.api_qps, config.api_burst)
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    # Idle watches can silently stop delivering events (nolar/kopf#698): reconnect regularly.
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 30
-    settings.networking.request_timeout = 60
-    # Our own Events say what happened; Kopf's per-handler events would only be noise.
+    # Kopf watches nothing here: no scanning of namespaces and CRDs for resources to serve, and our own
+    # Events say what happened (Kopf's per-handler events would only be noise).
+    settings.scanning.disabled = True
     settings.posting.enabled = False
-    # Nor its per-handler log lines: a line for every pod and node event is most of an idle operator's
-    # CPU. Warnings and errors still show, and --verbose (debug) shows everything.
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    runtime.nodes = _watch_nodes(runtime, kwargs["jobs_by_node"])  # Kopf passes indexes by name
     runtime.heap_trimmer = asyncio.create_task(_trim_heap(), name="heap trimmer")
     runtime.leadership = leader.from_env()
     if runtime.leadership is None:
         runtime.acting.set()
+        io.fence = io.unfenced
     else:
         runtime.acting = runtime.leadership.acting
+        io.fence = runtime.leadership.holds
         runtime.election = asyncio.create_task(runtime.leadership.run(), name="leader election")
+
+    def wake_jobs_on(node: str) -> None:
+        """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s,
+        the taint manager 300 s): wake the jobs on it, whose passes judge the node themselves."""
+        assert runtime.caches is not None
+        for key in runtime.caches.jobs_on(node):
+            _wake(runtime, key)
+
+    def pod_seen(key: JobKey, uid: str) -> None:
+        if job := runtime.jobs.get(key):
+            job.created.pop(uid, None)  # the watch has it now
+
+    runtime.caches = Caches(
+        config.namespaces,
+        on_job=lambda key, body: _job_seen(runtime, key, body),
+        on_children=lambda key: _wake(runtime, key),
+        on_pod=pod_seen,
+        on_node_trouble=wake_jobs_on,
+    )
+    runtime.caches.start()
+
+
+@kopf.on.probe(id="readers")
+def readers_listing(memo: kopf.Memo, **_: Any) -> str:
+    """The health endpoint fails while a reader cannot list (RBAC, the apiserver away for a while)."""
+    runtime = _runtime(memo)
+    if runtime.caches is None:
+        return "starting"
+    if trouble := runtime.caches.trouble():
+        raise kopf.PermanentError("; ".join(trouble))
+    return "listed" if runtime.caches.synced.is_set() else "listing"
 
 
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
+    """Stop writing, let the passes under way end, and only then hand the Lease over: a standby that
+    takes over must not meet a write of ours still landing."""
     runtime = _runtime(memo)
+    io.fence = _closed
     loops = [memory.loop for memory in runtime.jobs.values() if memory.loop is not None]
     for loop in loops:
         loop.cancel()
     await asyncio.gather(*loops, return_exceptions=True)
+    runtime.executor.shutdown(wait=False, cancel_futures=True)
+    try:
+        async with asyncio.timeout(SHUTDOWN_GRACE_SECONDS):
+            await asyncio.to_thread(runtime.executor.shutdown, wait=True)
+    except TimeoutError:  # a request stuck past its own deadline: its thread stays fenced off
+        log.warning("passes still under way after %.0fs; stopping anyway", SHUTDOWN_GRACE_SECONDS)
+    else:
+        io.fence = io.unfenced  # nothing of the operator writes any more (an in-process caller may)
     if runtime.election is not None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
     if runtime.heap_trimmer is not None:
         runtime.heap_trimmer.cancel()
-    if runtime.nodes is not None:
-        runtime.nodes.stop()
-    runtime.executor.shutdown(wait=False, cancel_futures=True)
+    if runtime.caches is not None:
+        runtime.caches.stop()
+
+
+def _closed() -> bool:
+    return False
 
 
 async def _trim_heap() -> None:
@@ -176,146 +221,92 @@ async def _trim_heap() -> None:
         heap.trim()
 
 
-def _watch_nodes(runtime: Runtime, jobs_by_node: kopf.Index[str, JobKey]) -> NodeWatch:
-    """A node deleted or not Ready changes nothing on its pods for a while (the pod GC waits 40 s, the
-    taint manager 300 s): the watch wakes the jobs on it, whose passes judge the node themselves."""
-    loop = asyncio.get_running_loop()
-
-    def wake_jobs_on(node: str) -> None:
-        for namespace, job in set(jobs_by_node.get(node, [])):
-            if memory := runtime.jobs.get((namespace, job)):
-                memory.wakeup.set()
-
-    watch = NodeWatch(
-        on_synced=lambda: loop.call_soon_threadsafe(runtime.nodes_synced.set),
-        on_trouble=lambda node: loop.call_soon_threadsafe(wake_jobs_on, node),
-    )
-    watch.start()
-    return watch
+def _wake(runtime: Runtime, key: JobKey, job_changed: bool = False) -> None:
+    if job := runtime.jobs.get(key):
+        job.wakeup.set()
+        if job_changed:
+            job.job_changed.set()
 
 
-@dataclass(frozen=True)
-class Watched:
-    """The watch caches a pass reads a job's children from: Kopf's indexes, by job."""
-
-    pods: kopf.Index[JobKey, str]
-    services: kopf.Index[JobKey, str]
-    network_policies: kopf.Index[JobKey, str]
-
-
-def _compact(obj: Mapping[str, Any]) -> str:
-    """The cached objects are kept as compact JSON: a fifth of the memory of the dicts at 8,000 pods,
-    and a pass parses only its own job's few."""
-    return json.dumps(obj, separators=(",", ":"))
-
-
-@kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def pods_by_job(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[JobKey, str] | None:
-    """Each job's pods, as much of them as a pass reads."""
-    return {(namespace, labels[JOB_NAME_LABEL]): _compact(pod_essentials(body))} if namespace else None
-
-
-@kopf.index("services", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def services_by_job(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[JobKey, str] | None:
-    service = _without_managed_fields({k: v for k, v in body.items() if k != "status"})
-    return {(namespace, labels[JOB_NAME_LABEL]): _compact(service)} if namespace else None
-
-
-@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def network_policies_by_job(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[JobKey, str] | None:
-    """Each job's NetworkPolicy (spec.networkPolicy), as the Service is kept."""
-    policy = _without_managed_fields(body)
-    return {(namespace, labels[JOB_NAME_LABEL]): _compact(policy)} if namespace else None
-
-
-@kopf.index("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def jobs_by_node(
-    namespace: str | None, spec: kopf.Spec, labels: kopf.Labels, **_: Any
-) -> dict[str, JobKey] | None:
-    """The job of every bound pod, by node: what a node's trouble must wake."""
-    node = spec.get("nodeName")
-    return {node: (namespace, labels[JOB_NAME_LABEL])} if node and namespace else None
-
-
-@kopf.on.event("pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def pod_changed(
-    namespace: str | None, uid: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
-) -> None:
-    job = _runtime(memo).jobs.get((namespace or "", labels.get(JOB_NAME_LABEL, "")))
-    if job is not None:
-        job.created.pop(uid or "", None)  # the watch has it now (or saw it go)
-    _wake(memo, namespace, labels.get(JOB_NAME_LABEL))
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_changed(
-    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **kwargs: Any
-) -> None:
-    """Each job's loop starts with the first event of it and ends when it is being deleted or gone.
+def _job_seen(runtime: Runtime, key: JobKey, body: dict[str, Any] | None) -> None:
+    """Each job's loop starts with the first sighting of it and ends when it is being deleted or gone.
 
     No finalizer: the job's pods and Service are its own by ownerReference, so the garbage collector
     removes them whether or not the operator runs, and a job deleted while it is down is simply gone when
     it comes back. (A Kopf daemon would add one, and a job could then not be deleted, nor its namespace,
-    without a running operator; Kopf removes the finalizer older versions added.)"""
-    assert namespace is not None and name is not None, "DistributedTrainingJob is namespaced"
-    runtime, key = _runtime(memo), (namespace, name)
+    without a running operator.)"""
     memory = runtime.jobs.get(key)
-    uid = body.get("metadata", {}).get("uid")
-    if memory is not None and (memory.body["metadata"].get("uid") != uid or _going(type, body)):
-        memory.stopped.set()  # deleted (or deleted and created again under the name): that loop ends
-        runtime.jobs.pop(key, None)
+    uid = body["metadata"].get("uid") if body is not None else None
+    # A job being deleted that holds the legacy finalizer keeps its loop until a pass has removed it.
+    going = body is None or bool(body["metadata"].get("deletionTimestamp") and not _legacy(body))
+    if memory is not None and (going or memory.body["metadata"].get("uid") != uid):
+        _end(runtime, key, memory)  # deleted (or deleted and created again under the name)
         memory = None
-    if _going(type, body):
+    if body is None or going:
         return
     if memory is None:
-        memory = runtime.jobs[key] = JobMemory(body=_without_managed_fields(body))
-        # Kopf passes indexes by name.
-        watched = Watched(kwargs["pods_by_job"], kwargs["services_by_job"], kwargs["network_policies_by_job"])
-        memory.loop = asyncio.create_task(
-            run_job(runtime, key, memory, watched), name=f"job {namespace}/{name}"
-        )
+        memory = runtime.jobs[key] = JobMemory(body=body)
+        _start_loop(runtime, key, memory)
         return
-    memory.body = _without_managed_fields(body)
+    memory.body = body
     memory.wakeup.set()
     memory.job_changed.set()
 
 
-def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy without metadata.managedFields, which no pass reads: most of a stored object's metadata."""
-    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+def _end(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:
+    log.info("job %s/%s is deleted (or being deleted): its loop ends", *key)
+    memory.stopped.set()
+    if runtime.jobs.get(key) is memory:
+        del runtime.jobs[key]
 
 
-def _going(event_type: str | None, body: kopf.Body) -> bool:
-    return event_type == "DELETED" or bool(body.get("metadata", {}).get("deletionTimestamp"))
+def _start_loop(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:
+    memory.loop = asyncio.create_task(run_job(runtime, key, memory), name=f"job {key[0]}/{key[1]}")
+    memory.loop.add_done_callback(lambda task: _loop_ended(runtime, key, memory, task))
 
 
-async def run_job(runtime: Runtime, key: JobKey, job: JobMemory, watched: Watched) -> None:
+def _loop_ended(runtime: Runtime, key: JobKey, memory: JobMemory, task: asyncio.Task[None]) -> None:
+    """A loop ends when its job goes; one that died of an error while its job lives is started again."""
+    if task.cancelled() or (error := task.exception()) is None or memory.stopped.is_set():
+        return
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    at = f"{where.filename}:{where.lineno} in {where.name}"
+    log.error("the loop of job %s/%s died (%r at %s); starting it again", *key, error, at)
+    metrics.RECONCILE_ERRORS.inc()
+    message = f"the operator's loop for this job stopped on an error and was started again: {error!r}"
+    asyncio.get_running_loop().run_in_executor(
+        runtime.executor, io.EVENTS.post, memory.body, Event("Warning", "LoopRestarted", message[:1024])
+    )
+
+    def again() -> None:
+        if runtime.jobs.get(key) is memory and not memory.stopped.is_set():
+            _start_loop(runtime, key, memory)
+
+    asyncio.get_running_loop().call_later(LOOP_RESTART_SECONDS, again)
+
+
+async def run_job(runtime: Runtime, key: JobKey, job: JobMemory) -> None:
+    caches = runtime.caches
+    assert caches is not None, "the readers start with the operator"
     try:
-        # Until the node watch has its first listing, an absent node could be a deleted one.
-        await _sleep(runtime.nodes_synced, job.stopped, None)
+        # Until every reader has its first listing, an absent pod or node could be one not listed yet.
+        await _sleep(caches.synced, job.stopped, None)
         while not job.stopped.is_set():
             await _sleep(runtime.acting, job.stopped, None)  # a standby replica waits for the Lease
             if job.stopped.is_set():
                 break
             job.wakeup.clear()
             job.job_changed.clear()
-            delay = await reconcile_once(runtime, key, job, job.body, watched)
+            delay = await reconcile_once(runtime, key, job, job.body, caches)
             waker = job.job_changed if job.failures else job.wakeup  # a back-off ignores the pods' news
             await _sleep(waker, job.stopped, delay)
     finally:
-        if runtime.jobs.get(key) is job:
-            del runtime.jobs[key]
-        metrics.JOB_PHASES.forget(*key)
+        if job.stopped.is_set():
+            metrics.JOB_PHASES.forget(*key)
 
 
 async def reconcile_once(
-    runtime: Runtime, key: JobKey, memory: JobMemory, body: Mapping[str, Any], watched: Watched
+    runtime: Runtime, key: JobKey, memory: JobMemory, body: dict[str, Any], caches: Caches
 ) -> float | None:
     """One pass; how long to wait before the next unless something wakes the loop earlier (None: until
     something does)."""
@@ -324,17 +315,16 @@ async def reconcile_once(
     if job is not memory.written:
         memory.written = None  # the watch caught up: keep one copy of the job, not two
     if job["metadata"].get("deletionTimestamp"):
+        if _legacy(job):  # the job cannot go until the finalizer does
+            await _write(runtime, key, io.drop_finalizer, job, LEGACY_FINALIZER)
         return None
     now = datetime.now(UTC)
-    pods = [json.loads(pod) for pod in watched.pods.get(key, [])]
+    pods = [json.loads(pod) for pod in caches.pods.of(key)]
     others = [
-        json.loads(obj)
-        for index in (watched.services, watched.network_policies)
-        for obj in index.get(key, [])
+        json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
     ]
     children, overdue = _children(job["metadata"]["uid"], others, pods, memory.created, now)
-    assert runtime.nodes is not None, "the node watch starts with the operator"
-    known = {name: runtime.nodes.get(name) for name in nodes_to_judge(children)}
+    known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
     try:
@@ -342,6 +332,9 @@ async def reconcile_once(
             plan, done, fresh, lagging = await asyncio.get_running_loop().run_in_executor(
                 runtime.executor, _pass, job, children, overdue, cached, unknown, now, runtime.config
             )
+    except io.Deposed:  # the Lease was lost during the pass: the new leader decides from here
+        log.info("pass of %s/%s stopped: this replica no longer leads", *key)
+        return None
     except Exception as err:  # a failed pass must not kill the job's loop; it backs off and starts afresh
         memory.failures += 1
         metrics.RECONCILE_ERRORS.inc()
@@ -355,18 +348,33 @@ async def reconcile_once(
     finally:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
     memory.failures = 0
+    if done.gone:  # deleted, though no watch said so yet (404 on its status): the loop ends
+        _end(runtime, key, memory)
+        return None
     for pod in lagging:  # still there, the pod watch behind: they count as present a while longer
         memory.created[pod["metadata"]["uid"]] = (now, pod)
     for deleted in plan.delete:  # a pod deleted must not live on here until its watch event comes
         memory.created.pop(deleted.uid or "", None)
     if done.created:  # the watch may have delivered some while the pass ran
-        watched_now = [json.loads(pod) for pod in watched.pods.get(key, [])]
+        watched_now = [json.loads(pod) for pod in caches.pods.of(key)]
         _remember_created(memory.created, done.created, watched_now, now)
     if done.job is not None or fresh is not None:
         memory.written = done.job or fresh
     if done.conflict:
         return 0.0
     return _next_pass_in(plan, done.job or job, awaiting_watch=bool(memory.created))
+
+
+def _legacy(job: Mapping[str, Any]) -> bool:
+    return LEGACY_FINALIZER in (job["metadata"].get("finalizers") or [])
+
+
+async def _write(runtime: Runtime, key: JobKey, write: Any, *args: Any) -> None:
+    """One write outside a pass, in the pass pool; a failure is logged, and the next pass tries again."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(runtime.executor, write, *args)
+    except Exception as err:
+        log.warning("%s of %s/%s failed: %s", write.__name__, *key, io.refusal(err) or repr(err))
 
 
 def _pass(
@@ -380,6 +388,8 @@ def _pass(
 ) -> tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
     returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
+    if _legacy(job):
+        io.drop_finalizer(job, LEGACY_FINALIZER)
     # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
     nodes = cached_nodes + io.read_nodes(unknown_nodes)
     # Likewise a pod this operator created that its watch never delivered: after an outage the pod watch
@@ -388,11 +398,15 @@ def _pass(
     if lagging:
         log.warning("the pod watch has not delivered %d pod(s) of %s/%s that exist; counting them",
                     len(lagging), job["metadata"]["namespace"], job["metadata"]["name"])  # fmt: skip
-    known = {node["metadata"]["name"] for node in nodes}
-    nodes += io.read_nodes(name for name in nodes_to_judge(lagging) if name not in known)
     children = children + lagging
+    nodes += _unknown_nodes_of(lagging, nodes)
     images = config.daemon_images
     plan = reconcile(job, children, now, nodes, daemon_images=images)
+    if plan.confirm_missing:  # the cache says members are gone: a listing of the job's pods says for sure
+        listed = [pod_essentials(pod) for pod in io.list_job_pods(job)]
+        children = [child for child in children if child.get("kind") != "Pod"] + listed
+        nodes += _unknown_nodes_of(listed, nodes)
+        plan = reconcile(job, children, now, nodes, daemon_images=images)
     if plan.read_networks:  # once an attempt, for jobs whose GPUDirect profile needs GKE Network objects
         plan = reconcile(job, children, now, nodes, io.read_networks(), images)
     try:
@@ -404,6 +418,11 @@ def _pass(
         return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"]), lagging
     metrics.record_pass(job, plan.status, now)
     return plan, done, None, lagging
+
+
+def _unknown_nodes_of(pods: list[dict[str, Any]], known: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = {node["metadata"]["name"] for node in known}
+    return io.read_nodes(name for name in nodes_to_judge(pods) if name not in names)
 
 
 def _children(

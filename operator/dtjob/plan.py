@@ -120,6 +120,9 @@ class Plan:
     delete_job: bool = False
     read_networks: bool = False
     """Nothing else is planned: decide again with the cluster's Network objects (nccl.choose needs them)."""
+    confirm_missing: tuple[str, ...] = ()
+    """Members the plan takes for lost because the children handed in lack them: decide again on a fresh
+    listing of the job's pods before executing it (a cache that lags must not charge a failure)."""
     requeue_after: float | None = None
     """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout, a grace on a
     pod running out); 0 when the next pass has work already (the teardown after a restart is recorded)."""
@@ -180,6 +183,7 @@ def reconcile(
         events=events + [event for _, event in deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
         requeue_after=_requeue_after(decision, spec, observed, now),
+        confirm_missing=decision.vanished,
     )
 
 

@@ -14,7 +14,7 @@ its failure restarts nothing (its pod stays for its logs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
@@ -103,6 +103,9 @@ class Decision:
     message: str = ""
     requeue_after: float | None = None
     """Seconds until a time-based check (deadline, TTL, backoff, scheduling timeout) is due."""
+    vanished: tuple[str, ...] = ()
+    """The members this decision takes for lost because no pod of them was seen: a cache can lag, so
+    they are to be confirmed gone (a fresh listing) before the decision is acted on."""
 
 
 def decide(
@@ -141,8 +144,10 @@ def decide(
     ended = [
         current[m.pod] for m in training if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
     ]
-    if ended := ended + _vanished(training, gang.attempt, status, current):
-        return _on_abnormal_end(spec, status, ended, current, now)
+    vanished = _vanished(training, gang.attempt, status, current)
+    if ended := ended + vanished:
+        decision = _on_abnormal_end(spec, status, ended, current, now)
+        return replace(decision, vanished=tuple(pod.name for pod in vanished))
 
     if policy.scheduling_timeout_seconds is not None:
         limit = timedelta(seconds=policy.scheduling_timeout_seconds)

@@ -15,6 +15,8 @@ DAEMON_IMAGE_VARIABLES: Final = {
     NcclProfileName.GPUDIRECT_TCPXO: "DTJOB_TCPXO_DAEMON_IMAGE",
 }
 
+# Comma-separated; `dtjob run --namespace` sets it.
+NAMESPACES_VARIABLE: Final = "DTJOB_NAMESPACES"
 DEFAULT_MAX_CONCURRENT_PASSES: Final = 8
 DEFAULT_API_QPS: Final = 100.0
 DEFAULT_API_BURST: Final = 200
@@ -31,6 +33,8 @@ class OperatorSettings:
     metrics_port: int | None = None
     daemon_images: Mapping[NcclProfileName, str] = field(default_factory=dict)
     """The GPUDirect daemons' images by profile, instead of the profiles' (a job's nccl.daemonImage wins)."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces whose jobs (and their pods) the operator reads; none: every namespace."""
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
@@ -60,4 +64,5 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         daemon_images={
             name: image for name, variable in DAEMON_IMAGE_VARIABLES.items() if (image := env.get(variable))
         },
+        namespaces=tuple(ns for ns in env.get(NAMESPACES_VARIABLE, "").split(",") if ns),
     )

@@ -187,22 +187,16 @@ def test_the_operator_may_list_gke_networks_and_nothing_more_of_them() -> None:
 # needs it: a client call, or a Kopf handler or flag for which Kopf makes the call. The chart grants
 # exactly these, in both modes.
 OPERATOR = REPO / "operator" / "dtjob"
-POLICY_INDEX = 'kopf.index("networking.k8s.io", "v1", "networkpolicies"'
 USED: dict[tuple[str, str, str], str] = {
-    # Kopf scans for the resources its handlers name, and follows the listed namespaces it watches.
-    ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf.on.event(GROUP, VERSION, PLURAL)",
-    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"): "kopf.on.event(GROUP, VERSION, PLURAL)",
-    ("", "namespaces", "list"): "--namespace=",
-    ("", "namespaces", "watch"): "--namespace=",
     ("", "nodes", "get"): ".read_node(",
-    ("", "nodes", "list"): ".list_node(",
-    ("", "nodes", "watch"): ".list_node(",
+    ("", "nodes", "list"): "core().list_node,",  # the nodes' reader
+    ("", "nodes", "watch"): "core().list_node,",
     ("networking.gke.io", "networks", "list"): ".list_cluster_custom_object(NETWORK_GROUP",
     ("training.dtjob.io", "distributedtrainingjobs", "get"): ".get_namespaced_custom_object(",
-    ("training.dtjob.io", "distributedtrainingjobs", "list"): "kopf.on.event(GROUP, VERSION, PLURAL)",
-    ("training.dtjob.io", "distributedtrainingjobs", "watch"): "kopf.on.event(GROUP, VERSION, PLURAL)",
-    # Kopf removes the finalizer earlier versions put on jobs (the persistence setting names it).
-    ("training.dtjob.io", "distributedtrainingjobs", "patch"): "settings.persistence.finalizer",
+    ("training.dtjob.io", "distributedtrainingjobs", "list"): "list_namespaced_custom_object, GROUP",
+    ("training.dtjob.io", "distributedtrainingjobs", "watch"): "list_namespaced_custom_object, GROUP",
+    # A pass removes the finalizer earlier versions put on jobs.
+    ("training.dtjob.io", "distributedtrainingjobs", "patch"): "io.drop_finalizer, job, LEGACY_FINALIZER",
     ("training.dtjob.io", "distributedtrainingjobs", "delete"): ".delete_namespaced_custom_object(",
     (
         "training.dtjob.io",
@@ -210,18 +204,18 @@ USED: dict[tuple[str, str, str], str] = {
         "patch",
     ): ".patch_namespaced_custom_object_status(",
     ("", "pods", "get"): ".read_namespaced_pod(",  # a created pod its watch has not delivered
-    ("", "pods", "list"): 'kopf.index("pods"',
-    ("", "pods", "watch"): 'kopf.index("pods"',
+    ("", "pods", "list"): "core().list_pod_for_all_namespaces",  # the pods' reader; a job's pods listed
+    ("", "pods", "watch"): "core().list_pod_for_all_namespaces",
     ("", "pods", "create"): ".create_namespaced_pod(",
     ("", "pods", "patch"): ".patch_namespaced_pod(",
     ("", "pods", "delete"): ".delete_namespaced_pod",
-    ("", "services", "list"): 'kopf.index("services"',
-    ("", "services", "watch"): 'kopf.index("services"',
+    ("", "services", "list"): "core().list_service_for_all_namespaces",
+    ("", "services", "watch"): "core().list_service_for_all_namespaces",
     ("", "services", "create"): ".patch_namespaced_service",  # server-side apply creates a missing one
     ("", "services", "patch"): ".patch_namespaced_service",
     ("", "services", "delete"): ".delete_namespaced_service",
-    ("networking.k8s.io", "networkpolicies", "list"): POLICY_INDEX,
-    ("networking.k8s.io", "networkpolicies", "watch"): POLICY_INDEX,
+    ("networking.k8s.io", "networkpolicies", "list"): "list_network_policy_for_all_namespaces",
+    ("networking.k8s.io", "networkpolicies", "watch"): "list_network_policy_for_all_namespaces",
     ("networking.k8s.io", "networkpolicies", "create"): ".patch_namespaced_network_policy",  # as services
     ("networking.k8s.io", "networkpolicies", "patch"): ".patch_namespaced_network_policy",
     ("networking.k8s.io", "networkpolicies", "delete"): ".delete_namespaced_network_policy",

@@ -1,4 +1,9 @@
-"""Operator chaos: jobs live planned lives while the operator process is SIGKILLed again and again.
+"""Operator chaos: jobs live planned lives while the operator is taken away again and again.
+
+One replica is SIGKILLed. Of two (leader election on), the Lease holder is taken away in turn in each
+way a cluster takes one: SIGKILL (OOM, a lost node), SIGTERM with a graceful shutdown (a rollout, a
+force-deleted pod), and a partition (its link to the API server cut while it runs; it comes back as the
+standby once the other has taken over).
 
 Shared by tests/integration/test_chaos.py (a short run in the suite) and `python -m bench.chaos` (the
 long one, with figures). Every job's life is a plan: what happens to it, and the phase, attempt and
@@ -24,8 +29,9 @@ from typing import Any
 from kubernetes import client, watch
 
 from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL
-from localcluster import sim
+from localcluster import Cluster, sim
 from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.integration.relay import Partition, relay_kubeconfig, relay_to
 from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
 from tests.waiting import wait_for
 
@@ -40,10 +46,15 @@ LIVES: dict[str, tuple[str, int, int, int] | None] = {
 }
 
 
+# The ways a cluster takes a leader away, taken in turn with two replicas.
+WAYS = ("SIGKILL", "SIGTERM", "partition")
+
+
 @dataclass
 class Chaos:
-    """`replicas` `dtjob run` processes (two: leader election on, sharing a Lease), one SIGKILLed at random
-    intervals `kills` times and started again at once: the only one, or the Lease holder of two."""
+    """`replicas` `dtjob run` processes (two: leader election on, sharing a Lease), one taken away at
+    random intervals `kills` times: the only one (SIGKILL, started again at once), or the Lease holder of
+    two, in each of `WAYS` in turn (a process that ended is replaced under a new name)."""
 
     namespace: str
     log_dir: Path
@@ -51,8 +62,13 @@ class Chaos:
     seed: int = 0
     replicas: int = 1
     interval: tuple[float, float] = (1.0, 4.0)
+    cluster: Cluster | None = None
+    """Given, each replica dials the API server through a relay of its own, which a partition cuts."""
     killed: int = 0
+    ways: list[str] = field(default_factory=list)
+    """How each leader was taken away, in order."""
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _relays: dict[str, Partition] = field(default_factory=dict)
     _done: threading.Event = field(default_factory=threading.Event)
 
     def _start(self, identity: str) -> None:
@@ -61,6 +77,11 @@ class Chaos:
         if self.replicas > 1:
             env |= {"DTJOB_LEADER_ELECTION_LEASE": LEASE, "DTJOB_LEADER_ELECTION_NAMESPACE": self.namespace,
                     "POD_NAME": identity}  # fmt: skip
+        if self.cluster is not None:
+            relay = self._relays[identity] = relay_to(self.cluster)
+            env["KUBECONFIG"] = str(
+                relay_kubeconfig(relay, self.cluster, self.log_dir / f"{identity}.kubeconfig")
+            )
         with (self.log_dir / f"{identity}-{self.killed}.log").open("w") as log:
             self._processes[identity] = subprocess.Popen(
                 [sys.executable, "-m", "dtjob.cli", "run", "--namespace", self.namespace],
@@ -84,12 +105,35 @@ class Chaos:
             victim = next(iter(self._processes))
             if self.replicas > 1:  # the leader: once the standby has taken over from the last one killed
                 victim = wait_for(lambda: self._holder(leases), "a live Lease holder", timeout=60)
-            process = self._processes.pop(victim)
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+            way = WAYS[self.killed % len(WAYS)] if self.replicas > 1 else "SIGKILL"
+            if way == "partition" and victim in self._relays:
+                self._partition(leases, victim)
+            else:
+                way = "SIGTERM" if way == "SIGTERM" else "SIGKILL"
+                self._stop(victim, signal.SIGTERM if way == "SIGTERM" else signal.SIGKILL)
+            self.ways.append(way)
             self.killed += 1
-            # A Deployment's new pod has a new name: the standby, not the new pod, takes the Lease over.
-            self._start(f"replica-{self.replicas - 1 + self.killed}" if self.replicas > 1 else victim)
+            if victim not in self._processes:
+                # A Deployment's new pod has a new name: the standby, not the new pod, takes the Lease over.
+                self._start(f"replica-{self.replicas - 1 + self.killed}" if self.replicas > 1 else victim)
+
+    def _stop(self, victim: str, how: signal.Signals) -> None:
+        process = self._processes.pop(victim)
+        process.send_signal(how)
+        process.wait(timeout=60)  # a graceful stop releases the Lease on its way out
+        if (relay := self._relays.pop(victim, None)) is not None:
+            relay.close()
+
+    def _partition(self, leases: client.CoordinationV1Api, victim: str) -> None:
+        """Cut the leader off until another replica holds the Lease; it stays up and stands by after."""
+        relay = self._relays[victim]
+        relay.sever()
+        try:
+            wait_for(
+                lambda: (h := self._holder(leases)) not in (None, victim) and h, "a takeover", timeout=60
+            )
+        finally:
+            relay.heal()
 
     def next_kill(self, count: int = 1) -> None:
         """Until the operator has been killed `count` more times (or all kills are done)."""
@@ -109,6 +153,8 @@ class Chaos:
                 if process.poll() is None:
                     process.terminate()
                     process.wait(timeout=20)
+            for relay in self._relays.values():
+                relay.close()
 
 
 class PodLedger:
@@ -118,26 +164,31 @@ class PodLedger:
         self.uids: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
         self._core, self._namespace = core, namespace
         self._stop = threading.Event()
+        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._watch, name="pod ledger", daemon=True)
 
     def _watch(self) -> None:
         version = None
-        while not self._stop.is_set():
-            stream = watch.Watch().stream(
-                self._core.list_namespaced_pod, self._namespace, label_selector=JOB_NAME_LABEL,
-                resource_version=version, timeout_seconds=2,
-            )  # fmt: skip
-            for event in stream:
-                pod = event["object"]
-                version = pod.metadata.resource_version
-                labels = pod.metadata.labels or {}
-                key = (
-                    labels[JOB_NAME_LABEL],
-                    labels[ATTEMPT_LABEL],
-                    labels[ROLE_LABEL],
-                    labels[REPLICA_INDEX_LABEL],
-                )
-                self.uids[key].add(pod.metadata.uid)
+        try:
+            while not self._stop.is_set():
+                stream = watch.Watch().stream(
+                    self._core.list_namespaced_pod, self._namespace, label_selector=JOB_NAME_LABEL,
+                    resource_version=version, timeout_seconds=2,
+                )  # fmt: skip
+                for event in stream:
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    labels = pod.metadata.labels or {}
+                    key = (
+                        labels[JOB_NAME_LABEL],
+                        labels[ATTEMPT_LABEL],
+                        labels[ROLE_LABEL],
+                        labels[REPLICA_INDEX_LABEL],
+                    )
+                    self.uids[key].add(pod.metadata.uid)
+        except BaseException as err:  # a gap in the ledger could hide a pod created twice: say so
+            self.error = err
+            raise
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[PodLedger]:
@@ -149,6 +200,9 @@ class PodLedger:
             self._thread.join()
 
     def twice(self) -> dict[tuple[str, str, str, str], set[str]]:
+        """The members that had more than one pod; raises if the ledger's watch died (it saw nothing since)."""
+        if self.error is not None or (not self._thread.is_alive() and not self._stop.is_set()):
+            raise AssertionError(f"the pod ledger's watch died: {self.error!r}") from self.error
         return {key: uids for key, uids in self.uids.items() if len(uids) > 1}
 
 

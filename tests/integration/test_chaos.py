@@ -1,6 +1,8 @@
 """Operator chaos, the short run: 10 jobs (two of each planned life) while the operator process is
 SIGKILLed 8 times at random intervals of 1-4 s; then with two replicas under leader election, the one
-that holds the Lease, 5 times (its replacement comes back under a new name, as a Deployment's would). Every job ends in its planned phase with exactly its planned attempt and restart
+that holds the Lease is taken away 6 times, by SIGKILL, by SIGTERM (a graceful shutdown) and by a
+partition in turn (a replacement comes back under a new name, as a Deployment's would; a partitioned
+leader comes back as the standby). Every job ends in its planned phase with exactly its planned attempt and restart
 counters, no (job, attempt, role, index) ever had two pods, and nothing is left behind. The long run
 (50 jobs, 20 kills, figures) is `python -m bench.chaos`."""
 
@@ -14,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from localcluster import Cluster
-from tests.integration.chaos import LIVES, Chaos, PodLedger, left_behind, live, outcome
+from tests.integration.chaos import LIVES, WAYS, Chaos, PodLedger, left_behind, live, outcome
 from tests.integration.conftest import Jobs
 
 
@@ -30,8 +32,10 @@ def test_jobs_live_their_planned_lives_while_the_operator_is_killed_again_and_ag
     replicas: int,
 ) -> None:
     names = {f"{life}-{i}": life for i in range(2) for life in LIVES}
-    # The leader's standby takes over only once the Lease runs out (about 12 s): fewer kills for two.
-    chaos = Chaos(namespace, tmp_path, kills=8 if replicas == 1 else 5, seed=12, replicas=replicas)
+    # The leader's standby takes over only once the Lease runs out (about 12 s, but for a graceful stop):
+    # fewer kills for two, each way of taking a leader away twice.
+    chaos = Chaos(namespace, tmp_path, kills=8 if replicas == 1 else 6, seed=12, replicas=replicas,
+                  cluster=cluster_b if replicas > 1 else None)  # fmt: skip
     start = time.monotonic()
     leases = client.CoordinationV1Api(api_client)
     with PodLedger(core, namespace).recording() as ledger, chaos.running(leases):
@@ -41,6 +45,8 @@ def test_jobs_live_their_planned_lives_while_the_operator_is_killed_again_and_ag
     print(f"\nchaos: {len(names)} jobs, {replicas} replica(s), {chaos.killed} operator kills, "
           f"{time.monotonic() - start:.0f}s, {sum(len(u) for u in ledger.uids.values())} pods created")  # fmt: skip
     assert chaos.killed >= 4, "the jobs ended before the chaos did much"  # one kill between phases at least
+    if replicas > 1:
+        assert set(chaos.ways) == set(WAYS), f"the leader was taken away only by {chaos.ways}"
     assert wrong == {}, wrong
     assert ledger.twice() == {}, ledger.twice()
     # The ledger saw every job's pods: one that stopped early would make the check above prove nothing.

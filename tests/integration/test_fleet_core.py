@@ -201,3 +201,30 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1
+
+
+def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error outside the pass's own try (here: reading the cached children) kills the job's loop; it is
+    started again within seconds, says so in an Event, and the job goes on as if nothing happened."""
+    import dtjob.handlers
+
+    real, broken = dtjob.handlers._children, []
+
+    def children_once(*args: Any) -> Any:
+        if not broken:
+            broken.append(True)
+            raise RuntimeError("injected: the cache could not be read")
+        return real(*args)
+
+    monkeypatch.setattr(dtjob.handlers, "_children", children_once)
+    jobs.create(pytorch_job("phoenix"))
+    jobs.wait_pods("phoenix", 2, "Running", timeout=30)
+    restarted = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LoopRestarted"]
+    assert len(restarted) == 1 and "injected" in restarted[0].message, restarted
+    assert restarted[0].involved_object.name == "phoenix"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from kubernetes import client
 from dtjob.kube.leader import Leadership
 from localcluster import Cluster, sim
 from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.integration.relay import relay_kubeconfig, relay_to
 from tests.waiting import wait_for
 
 LEASE = "dtjob-test"
@@ -129,7 +131,7 @@ async def _first_set(*events: asyncio.Event) -> None:
 class Replica:
     """One `dtjob run` process, as the chart runs it: its own identity, the shared Lease, a log file."""
 
-    def __init__(self, identity: str, namespace: str, logs: Path) -> None:
+    def __init__(self, identity: str, namespace: str, logs: Path, **extra_env: str) -> None:
         self.identity, self.log_path = identity, logs / f"{identity}.log"
         env = {
             **os.environ,
@@ -137,6 +139,7 @@ class Replica:
             "DTJOB_LEADER_ELECTION_NAMESPACE": namespace,
             "POD_NAME": identity,
             "PYTHONUNBUFFERED": "1",
+            **extra_env,
         }
         env.pop("DTJOB_METRICS_PORT", None)  # two processes on one port would clash
         with self.log_path.open("w") as log:
@@ -162,11 +165,11 @@ class Replica:
 
 
 @contextlib.contextmanager
-def replicas(namespace: str, logs: Path, *identities: str) -> Iterator[dict[str, Replica]]:
+def replicas(namespace: str, logs: Path, *identities: str, **env: str) -> Iterator[dict[str, Replica]]:
     started: dict[str, Replica] = {}
     try:
         for identity in identities:
-            started[identity] = Replica(identity, namespace, logs)
+            started[identity] = Replica(identity, namespace, logs, **env)
         yield started
     finally:
         for replica in started.values():
@@ -232,3 +235,75 @@ def test_only_the_lease_holder_acts_and_its_standby_takes_over_within_seconds_of
         sim.exit_pod(core, namespace, "first-worker-0", exit_code=0)
         jobs.wait_condition("first", "Succeeded")
         assert "Traceback" not in standby.log(), logs()
+
+
+def writes_by(cluster: Cluster, namespace: str, identity: str) -> list[dict[str, Any]]:
+    """The writes the apiserver's audit log holds from the replica `identity` in `namespace`."""
+    entries = [json.loads(line) for line in cluster.layout.audit_log.read_text().splitlines() if line]
+    return [
+        e for e in entries
+        if e.get("objectRef", {}).get("namespace") == namespace and f"({identity})" in e.get("userAgent", "")
+    ]  # fmt: skip
+
+
+def test_a_partitioned_leader_writes_nothing_once_its_standby_has_taken_over(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    namespace: str,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """The leader is cut off from the apiserver (not killed) while it has writes queued behind its rate
+    limit; the standby takes over, and the link comes back. The old leader's queued writes must not land:
+    every write looks at the Lease first. The apiserver's audit log is the witness (the operator's user
+    agent names its replica)."""
+    leases = client.CoordinationV1Api(api_client)
+    relay = relay_to(cluster_b)
+    # A write every 4 s: with eight jobs to start, op-a's passes queue for tokens well past the takeover.
+    slow = {"DTJOB_API_QPS": "0.25", "DTJOB_API_BURST": "1"}
+    through = relay_kubeconfig(relay, cluster_b, tmp_path / "relay.kubeconfig")
+    names = [f"p{i}" for i in range(8)]
+    with contextlib.ExitStack() as stack:
+        stack.callback(relay.close)
+        old = stack.enter_context(replicas(namespace, tmp_path, "op-a", KUBECONFIG=str(through), **slow))[
+            "op-a"
+        ]
+        wait_for(lambda: holder(leases, namespace) == "op-a", "op-a to lead", timeout=60)
+        new = stack.enter_context(replicas(namespace, tmp_path, "op-b"))["op-b"]
+        wait_for(lambda: "standing by: lease held by op-a" in new.log(), "op-b to stand by")
+
+        for name in names:
+            jobs.create(pytorch_job(name, workers=2, runPolicy={"failureSettleSeconds": 0}))
+        wait_for(lambda: writes_by(cluster_b, namespace, "op-a"), "op-a's first write", timeout=60)
+        relay.sever()
+        wait_for(
+            lambda: holder(leases, namespace) == "op-b", "op-b's takeover", timeout=TAKEOVER_SECONDS + 10
+        )
+        took_over = leases.read_namespaced_lease(LEASE, namespace).spec.acquire_time
+        relay.heal()
+        for name in names:
+            jobs.wait_pods(name, 2, phase="Running", timeout=60)
+        sim.preempt_pod(core, namespace, "p0-worker-1")
+        wait_for(lambda: jobs.get("p0").get("status", {}).get("attempt") == 2, "p0's restart")
+
+        # Long enough for every write op-a had queued (one token each 4 s, eight passes) to be sent.
+        window = time.monotonic() + 20
+        while time.monotonic() < window:
+            late = [
+                f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('name')} at "
+                f"{e['requestReceivedTimestamp']}"
+                for e in writes_by(cluster_b, namespace, "op-a")
+                if datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")) > took_over
+            ]
+            assert not late, f"op-a wrote after op-b took over at {took_over}: {late}"
+            time.sleep(0.5)  # a poll of the audit log over the window
+        assert old.process.poll() is None, old.log()[-3000:]
+        assert "no longer leads" in old.log(), (
+            "op-a had no write queued across the takeover: nothing was tested"
+        )
+
+        gang = jobs.wait_pods("p0", 2, phase="Running", timeout=60)
+        assert {p.metadata.labels["training.dtjob.io/attempt"] for p in gang} == {"2"}
+        assert jobs.get("p0")["status"]["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}

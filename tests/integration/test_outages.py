@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
 from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.integration.relay import Partition, relay_kubeconfig, relay_to
 from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
+from tests.waiting import wait_for
 
 CALM = ["calm-0", "calm-1"]
 # How long each outage lasts; `python -m bench.outages` sets 60.
@@ -84,88 +82,9 @@ def test_jobs_ride_out_a_control_plane_crash_and_count_no_restart_twice(
     )
 
 
-class Partition:
-    """A TCP relay between the operator and the API server that can cut the link: while cut, it
-    refuses every connection and drops the open ones, and counts the connections the operator tries."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.cut = threading.Event()
-        self.attempts_while_cut = 0
-        # On the API server's own address, so its certificate still names the host the operator dials.
-        self._server = socket.create_server((upstream[0], 0))
-        self.port = self._server.getsockname()[1]
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()  # over cut, _open and the counter: a connection is in or refused
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                downstream, _ = self._server.accept()
-            except OSError:
-                return
-            with self._lock:
-                if self.cut.is_set():
-                    self.attempts_while_cut += 1
-                    downstream.close()
-                    continue
-            try:
-                upstream = socket.create_connection(self.upstream)
-            except OSError:
-                downstream.close()
-                continue
-            with self._lock:
-                if self.cut.is_set():  # cut while it connected: dropped like the rest
-                    downstream.close()
-                    upstream.close()
-                    continue
-                self._open |= {downstream, upstream}
-            threading.Thread(target=self._relay, args=(downstream, upstream), daemon=True).start()
-
-    def _relay(self, a: socket.socket, b: socket.socket) -> None:
-        """Both directions of one connection, in one thread that alone closes its sockets, after its
-        last read: a descriptor closed under a pending read elsewhere could be reused by the next
-        connection, and that read would then steal the next connection's bytes (a watch that hangs)."""
-        peer = {a: b, b: a}
-        with selectors.DefaultSelector() as selector, contextlib.suppress(OSError):
-            for end in (a, b):
-                selector.register(end, selectors.EVENT_READ, data=end)
-            flowing = True
-            while flowing:
-                for ready, _ in selector.select():
-                    source: socket.socket = ready.data
-                    chunk = source.recv(65536)
-                    if not chunk:  # one side closed (or the link was cut): the connection ends
-                        flowing = False
-                        break
-                    peer[source].sendall(chunk)
-        with self._lock:
-            self._open -= {a, b}
-        a.close()
-        b.close()
-
-    def sever(self) -> None:
-        with self._lock:
-            self.cut.set()
-            for end in self._open:  # each relay thread sees its end and closes its sockets
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def heal(self) -> None:
-        with self._lock:
-            self.cut.clear()
-
-    def close(self) -> None:
-        self.sever()
-        self._server.close()
-
-
 @pytest.fixture
 def partition(cluster_b: Cluster) -> Iterator[Partition]:
-    server = yaml.safe_load(cluster_b.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    host, port = server.removeprefix("https://").rsplit(":", 1)
-    relay = Partition((host, int(port)))
+    relay = relay_to(cluster_b)
     yield relay
     relay.close()
 
@@ -173,10 +92,7 @@ def partition(cluster_b: Cluster) -> Iterator[Partition]:
 @contextlib.contextmanager
 def operator_through(relay: Partition, cluster: Cluster, namespace: str, log: Path) -> Iterator[None]:
     """`dtjob run` in a process of its own whose kubeconfig dials the relay."""
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://{relay.upstream[0]}:{relay.port}"
-    kubeconfig = log.with_suffix(".kubeconfig")
-    kubeconfig.write_text(yaml.safe_dump(config))
+    kubeconfig = relay_kubeconfig(relay, cluster, log.with_suffix(".kubeconfig"))
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
     env.pop("DTJOB_METRICS_PORT", None)
     with log.open("w") as out:
@@ -227,3 +143,42 @@ def test_an_operator_cut_off_from_the_api_server_backs_off_and_catches_up_when_t
     )
     # Kopf's watches (jobs, pods, Services, NetworkPolicies) and the node watch retry with pauses; the passes back off.
     assert attempts / outage < 10, f"{attempts} connection attempts in {outage:.0f}s: no back-off"
+
+
+def test_a_pod_and_a_job_deleted_while_the_operator_is_cut_off_are_seen_gone(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    partition: Partition,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """While the operator is cut off, a member's pod and a whole job are deleted: no watch will ever
+    deliver those DELETED events, and the apiserver restarts meanwhile, so a watch resumed from before
+    the gap gets 410 Gone. The readers list again after any break (a lost connection or a 410), and a
+    listing replaces what was known: the job with the lost member restarts (a cache
+    keeping the pod would wait on it for ever), and the deleted job's loop ends."""
+    log = tmp_path / "operator.log"
+    with operator_through(partition, cluster_b, namespace, log):
+        for name in ("hit", "gone"):
+            jobs.create(pytorch_job(name, runPolicy={"failureSettleSeconds": 0}))
+            gang_of_attempt(jobs, name, 1, 2)
+        partition.sever()
+        core.delete_namespaced_pod(
+            "hit-worker-1", namespace, body=client.V1DeleteOptions(grace_period_seconds=0)
+        )
+        jobs.delete("gone")
+        wait_for(lambda: jobs.pods("gone") == [] or None, "the deleted job's pods collected")
+        # Its watch cache starts afresh at the current revision: a watch resumed from before is 410 Gone.
+        cluster_b.restart_component("kube-apiserver", down_seconds=2)
+        partition.heal()
+        gang_of_attempt(jobs, "hit", 2, 2, timeout=120)
+        # Deleted by hand: a failure, charged once.
+        assert status_of(jobs, "hit")["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}
+        wait_for(
+            lambda: f"job {namespace}/gone is deleted" in log.read_text(), "the deleted job's loop ended"
+        )
+        sim.exit_pod(core, namespace, "hit-worker-1", exit_code=0)
+        sim.exit_pod(core, namespace, "hit-worker-0", exit_code=0)
+        jobs.wait_condition("hit", "Succeeded", timeout=60)

@@ -359,6 +359,10 @@ def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not
     assert plan.create == []
     assert plan.status is not None and (plan.status["attempt"], plan.status["restarts"]["failures"]) == (2, 1)
     assert plan.status["lastRestart"]["message"].startswith("pod mnist-worker-0: Vanished")
+    # The adapter lists the job's pods before acting on it: a cache that lags must not charge a failure.
+    assert plan.confirm_missing == ("mnist-worker-0",)
+    whole = reconcile(job, [running(p) for p in pods.values()], NOW + timedelta(seconds=5))
+    assert whole.confirm_missing == ()
 
 
 def test_pods_an_interrupted_creation_left_missing_are_created_not_counted_as_lost() -> None:

@@ -7,7 +7,10 @@ for the kernel's TCP retransmission timeout (about 15 minutes). A call may name 
 
 from __future__ import annotations
 
+import os
+import socket
 from functools import cache
+from importlib import metadata
 from typing import Any, Final
 
 from kubernetes import client, config
@@ -45,10 +48,26 @@ def api_client() -> client.ApiClient:
         config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
     # One quick retry (a kept-alive connection the apiserver had closed); past that a pass fails and backs
-    # off per job, and the node watch has its own ladder: urllib3's default of three made each request
+    # off per job, and the readers have their own ladder: urllib3's default of three made each request
     # four connection attempts at once against an apiserver that is away.
     configuration.retries = 1
-    return DeadlinedApiClient(configuration)
+    api = DeadlinedApiClient(configuration)
+    # The replica in the user agent, for audit logs: which of two replicas wrote what. (The field manager
+    # is what comes before the first "/", the same for every replica.)
+    api.user_agent = f"dtjob-operator/{_version()} ({identity()})"
+    return api
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dtjob")
+    except metadata.PackageNotFoundError:  # run from a source tree (PYTHONPATH), not installed
+        return "0"
+
+
+def identity() -> str:
+    """This replica's name: its pod's (the chart sets POD_NAME), else host and process."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def core() -> client.CoreV1Api:

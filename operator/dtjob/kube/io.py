@@ -14,7 +14,8 @@ import logging
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
+from dtjob.names import JOB_NAME_LABEL
 from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
 from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
@@ -40,6 +42,26 @@ EVENT_MEMORY: Final = 4096
 
 log = logging.getLogger(__name__)
 _bucket = TokenBucket(DEFAULT_API_QPS, DEFAULT_API_BURST)
+
+
+def unfenced() -> bool:
+    return True
+
+
+fence: Callable[[], bool] = unfenced
+"""Whether this process may still write: with leader election, whether it holds the Lease (checked
+before every write, after the rate limit's wait; the adapter sets it)."""
+
+
+class Deposed(Exception):
+    """This replica lost the Lease during a pass: nothing more of the pass is written."""
+
+
+def _take(write: bool = True) -> None:
+    """A token of the rate limit; for a write, then a look at the fence: the wait may have been long."""
+    _bucket.take()
+    if write and not fence():
+        raise Deposed
 
 
 def limit_rate(qps: float, burst: int) -> None:
@@ -61,10 +83,12 @@ class Executed:
     """The job as the status patch left it; None when no status was written."""
     conflict: bool = False
     """The job changed since the pass read it: its status and events were not written."""
+    gone: bool = False
+    """The job is deleted (404 on its status): nothing more was written."""
 
 
 def read_job(namespace: str, name: str) -> dict[str, Any] | None:
-    _bucket.take()
+    _take(write=False)
     try:
         job = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     except client.ApiException as err:
@@ -79,7 +103,7 @@ def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
     api, sanitize = core(), api_client().sanitize_for_serialization
     nodes = []
     for name in names:
-        _bucket.take()
+        _take(write=False)
         try:
             nodes.append(cast(dict[str, Any], sanitize(api.read_node(name))))
         except client.ApiException as err:
@@ -95,7 +119,7 @@ def read_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for pod in pods:
         meta = pod["metadata"]
-        _bucket.take()
+        _take(write=False)
         try:
             now = cast(dict[str, Any], sanitize(api.read_namespaced_pod(meta["name"], meta["namespace"])))
         except client.ApiException as err:
@@ -107,10 +131,20 @@ def read_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def list_job_pods(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The job's pods as the apiserver has them now (a consistent listing, not a cache)."""
+    meta = job["metadata"]
+    _take(write=False)
+    listed: Any = core().list_namespaced_pod(
+        meta["namespace"], label_selector=f"{JOB_NAME_LABEL}={meta['name']}", _preload_content=False
+    )
+    return cast(list[dict[str, Any]], json.loads(listed.data).get("items") or [])
+
+
 def read_networks() -> frozenset[str]:
     """The names of the cluster's GKE Network objects: none where that API is not served (not GKE, or
     GKE without multi-networking)."""
-    _bucket.take()
+    _take(write=False)
     try:
         listed = cast(
             dict[str, Any],
@@ -125,7 +159,7 @@ def read_networks() -> frozenset[str]:
 
 def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Create a pod; None when it exists already (a cache that has not seen it yet), which is fine."""
-    _bucket.take()
+    _take()
     try:
         created = core().create_namespaced_pod(pod["metadata"]["namespace"], cast(Any, dict(pod)))
     except client.ApiException as err:
@@ -182,7 +216,7 @@ def relabel(namespace: str, op: Relabel) -> None:
         metadata["labels"] = op.labels
     if op.annotations:
         metadata["annotations"] = op.annotations
-    _bucket.take()
+    _take()
     try:
         core().patch_namespaced_pod(op.name, namespace, {"metadata": metadata})
     except client.ApiException as err:
@@ -196,7 +230,7 @@ def apply(obj: Mapping[str, Any]) -> None:
     patch = {"Service": core().patch_namespaced_service,
              "NetworkPolicy": networking().patch_namespaced_network_policy}[obj["kind"]]  # fmt: skip
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    _bucket.take()
+    _take()
     patch(
         name, namespace, dict(obj), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
     )
@@ -212,12 +246,16 @@ def delete(namespace: str, op: Delete) -> None:
         grace_period_seconds=op.grace_period_seconds,
         propagation_policy="Background",
     )
-    _bucket.take()
+    _take()
     try:
         remove(op.name, namespace, body=body)
     except client.ApiException as err:
         if err.status not in (404, 409):  # 409: the uid precondition failed, a new object took the name
             raise
+
+
+class JobGone(Exception):
+    """The job was deleted: the apiserver answered 404 for it."""
 
 
 def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -227,7 +265,7 @@ def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str,
     meta = job["metadata"]
     patch = status_patch(job.get("status"), status)
     body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
-    _bucket.take()
+    _take()
     try:
         written = custom().patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
@@ -235,12 +273,30 @@ def patch_status(job: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str,
     except client.ApiException as err:
         if err.status == 409:
             return None
+        if err.status == 404:
+            raise JobGone from None
         raise
     return cast(dict[str, Any], written)
 
 
+def drop_finalizer(job: Mapping[str, Any], finalizer: str) -> None:
+    """Remove one finalizer from the job (its resourceVersion as the guard: a conflict is retried by the
+    next pass, which sees the newer job)."""
+    meta = job["metadata"]
+    kept = [f for f in meta.get("finalizers") or [] if f != finalizer]
+    patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+    _take()
+    try:
+        custom().patch_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch
+        )
+    except client.ApiException as err:
+        if err.status not in (404, 409):
+            raise
+
+
 def delete_job(namespace: str, name: str, uid: str) -> None:
-    _bucket.take()
+    _take()
     try:
         custom().delete_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name,
@@ -287,7 +343,7 @@ class EventRecorder:
     def _bump(self, namespace: str, name: str, count: int) -> tuple[str, int] | None:
         """None when the Event is gone (Events expire after an hour): then a new one starts."""
         patch = {"count": count + 1, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        _bucket.take()
+        _take()
         try:
             core().patch_namespaced_event(name, namespace, patch)
         except client.ApiException as err:
@@ -309,12 +365,15 @@ class EventRecorder:
             first_timestamp=now, last_timestamp=now, count=1,
             source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
         )  # fmt: skip
-        _bucket.take()
+        _take()
         created = core().create_namespaced_event(meta["namespace"], body)
         return str(created.metadata.name), 1
 
 
 EVENTS = EventRecorder()
+# Creates of one pass's pods in flight at once (the rate limit still spaces them).
+CREATES_AT_ONCE: Final = 16
+_creators = ThreadPoolExecutor(CREATES_AT_ONCE, thread_name_prefix="create")
 
 
 def execute(job: Mapping[str, Any], plan: Plan) -> Executed:
@@ -327,13 +386,16 @@ def execute(job: Mapping[str, Any], plan: Plan) -> Executed:
         delete(namespace, op)
     for service in plan.apply:
         apply(service)
-    for pod in plan.create:
-        if (created := create_pod(pod)) is not None:
-            done.created.append(created)
+    # A gang's pods at once: one at a time, a 64-pod gang would hold its pass slot for 64 round trips.
+    done.created = [pod for pod in _creators.map(create_pod, plan.create) if pod is not None]
     for drifted in plan.relabel:
         relabel(namespace, drifted)
     if plan.status is not None:
-        done.job = patch_status(job, plan.status)
+        try:
+            done.job = patch_status(job, plan.status)
+        except JobGone:
+            done.gone = True
+            return done
         if done.job is None:
             done.conflict = True
             return done

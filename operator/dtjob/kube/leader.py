@@ -59,6 +59,11 @@ class Leadership:
         self._standing_by_for: str | None = None  # the holder last logged, so each is logged once
         self._threads: ThreadPoolExecutor | None = None
 
+    def holds(self) -> bool:
+        """Whether this process may act as leader now: it holds the Lease and its last renewal is within
+        the renew deadline. Safe to call from any thread (the pass threads check it before each write)."""
+        return self.acting.is_set() and time.monotonic() < self._deadline()
+
     @property
     def lease(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -222,7 +227,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Leadership | None:
     if not name:
         return None
     namespace = env.get(NAMESPACE_ENV) or _in_cluster_namespace() or "default"
-    identity = env.get(IDENTITY_ENV) or f"{socket.gethostname()}-{os.getpid()}"
+    identity = env.get(IDENTITY_ENV) or f"{socket.gethostname()}-{os.getpid()}"  # as client.identity()
     return Leadership(namespace, name, identity)
 
 
