@@ -45,7 +45,7 @@ from typing import Any, Final
 
 import kopf
 
-from dtjob import heap, metrics
+from dtjob import metrics
 from dtjob.kube import io, leader
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
@@ -71,7 +71,6 @@ LOOP_RESTART_SECONDS: Final = 1.0
 SHUTDOWN_GRACE_SECONDS: Final = 15.0
 
 log = logging.getLogger(__name__)
-heap.limit_arenas()  # at import: before Kopf, the readers and the pass pool start their threads
 Created = dict[str, tuple[datetime, dict[str, Any]]]
 """The pods a pass created that the pod watch had not delivered, by uid, with when they were created."""
 
@@ -107,7 +106,6 @@ class Runtime:
     acting: asyncio.Event = field(default_factory=asyncio.Event)
     leadership: leader.Leadership | None = None
     election: asyncio.Task[None] | None = None
-    heap_trimmer: asyncio.Task[None] | None = None
     caches: Caches | None = None
 
     def __post_init__(self) -> None:
@@ -141,7 +139,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    runtime.heap_trimmer = asyncio.create_task(_trim_heap(), name="heap trimmer")
     runtime.leadership = leader.from_env()
     if runtime.leadership is None:
         runtime.acting.set()
@@ -205,20 +202,12 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
-    if runtime.heap_trimmer is not None:
-        runtime.heap_trimmer.cancel()
     if runtime.caches is not None:
         runtime.caches.stop()
 
 
 def _closed() -> bool:
     return False
-
-
-async def _trim_heap() -> None:
-    while True:
-        await asyncio.sleep(heap.TRIM_EVERY_SECONDS)
-        heap.trim()
 
 
 def _wake(runtime: Runtime, key: JobKey, job_changed: bool = False) -> None:

@@ -168,6 +168,10 @@ def test_throughput_values_reach_the_operator_environment(
     assert tuple(env[name] for name in THROUGHPUT_ENV) == expected
 
 
+def test_the_operator_runs_with_two_malloc_arenas() -> None:
+    assert container_env(render())["MALLOC_ARENA_MAX"] == "2"
+
+
 def test_daemon_image_values_reach_the_operator_environment_only_when_set() -> None:
     assert not {"DTJOB_TCPX_DAEMON_IMAGE", "DTJOB_TCPXO_DAEMON_IMAGE"} & set(container_env(render()))
     env = container_env(render("nccl.daemonImages.tcpxo=registry.example/tcpgpudmarxd-dev:v1.0.23"))
