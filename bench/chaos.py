@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--replicas", type=int, default=1, choices=[1, 2], help="2: kill the Lease holder")
+    parser.add_argument(
+        "--replicas", type=int, default=1, choices=[1, 2], help="2: take the Lease holder away"
+    )
     args = parser.parse_args(argv)
 
     cluster = tier_b()
@@ -54,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         f"jobs                     {len(names)} ({', '.join(f'{len(names) // len(lives)}x {life}' for life in lives)})"
     )
     print(
-        f"operator replicas        {args.replicas}{' (the Lease holder is the one killed)' if args.replicas > 1 else ''}"
+        f"operator replicas        {args.replicas}{' (the Lease holder is the one taken away)' if args.replicas > 1 else ''}"
     )
-    print(f"operator SIGKILLs        {chaos.killed}")
+    ways = ", ".join(f"{way} {chaos.ways.count(way)}" for way in dict.fromkeys(chaos.ways))
+    print(f"operators taken away     {chaos.killed} ({ways})")
     print(f"wall time                {time.monotonic() - start:.0f} s")
     print(f"pods created             {sum(len(uids) for uids in ledger.uids.values())}")
     print(f"jobs off their plan      {len(wrong)} {wrong or ''}")
