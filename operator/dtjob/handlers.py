@@ -210,11 +210,9 @@ def _closed() -> bool:
     return False
 
 
-def _wake(runtime: Runtime, key: JobKey, job_changed: bool = False) -> None:
+def _wake(runtime: Runtime, key: JobKey) -> None:
     if job := runtime.jobs.get(key):
         job.wakeup.set()
-        if job_changed:
-            job.job_changed.set()
 
 
 def _job_seen(runtime: Runtime, key: JobKey, body: dict[str, Any] | None) -> None:

@@ -112,7 +112,7 @@ class Caches:
         self.synced = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         scopes: list[str | None] = list(namespaces) or [None]
-        owned = f"{JOB_NAME_LABEL}"  # every child carries its job's name
+        owned = JOB_NAME_LABEL  # a selector on the label's presence: every child carries its job's name
         readers: list[
             tuple[str, Lister, Callable[[dict[str, Any]], Any], Callable[[str, Any], None], str | None]
         ] = []
