@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from localcluster import Cluster, Tier
 from localcluster.layout import Layout
+from tests.waiting import wait_for
 
 # The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
 os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
@@ -66,6 +67,16 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
+def create_namespace(api: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> None:
+    """Create a namespace and wait for its default ServiceAccount: until the controller-manager has made
+    it, every pod is refused ("serviceaccount default not found"), and after a control-plane restart or
+    while it collects other namespaces that can take seconds."""
+    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    wait_for(
+        lambda: api.read_namespaced_service_account("default", name), f"sa/default in {name}", timeout=60
+    )
+
+
 @pytest.fixture
 def namespace(local_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (without waiting: the cluster collects it)."""
@@ -77,12 +88,6 @@ def namespace(local_cluster: Cluster, request: pytest.FixtureRequest) -> Iterato
     api = client.CoreV1Api(config.new_client_from_config(config_file=str(local_cluster.kubeconfig)))
     name = f"t-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
     name = "".join(ch for ch in name if ch.isalnum() or ch == "-")
-    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    # Pods are rejected until the namespace's default ServiceAccount exists.
-    from tests.waiting import wait_for
-
-    wait_for(
-        lambda: api.read_namespaced_service_account("default", name), f"sa/default in {name}", timeout=30
-    )
+    create_namespace(api, name)
     yield name
     api.delete_namespace(name)

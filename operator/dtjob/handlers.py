@@ -327,8 +327,9 @@ async def reconcile_once(
         metrics.RECONCILE_ERRORS.inc()
         delay = _backoff(memory.failures)
         what = "reconcile of %s/%s failed (%d in a row); retrying in %.1fs"
-        if (refusal := io.refusal(err)) is not None:  # it names the field; a traceback adds nothing
-            log.warning(what + ": %s", *key, memory.failures, delay, refusal)
+        # A refusal names the field, a failed link says it was cut: a traceback adds nothing to either.
+        if (cause := io.refusal(err) or io.link_failure(err)) is not None:
+            log.warning(what + ": %s", *key, memory.failures, delay, cause)
         else:
             log.exception(what, *key, memory.failures, delay)
         return delay

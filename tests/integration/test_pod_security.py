@@ -19,6 +19,7 @@ from kubernetes import client
 from dtjob.desired import render_children
 from localcluster import Cluster
 from tests.chart.test_chart import by_kind, render
+from tests.conftest import create_namespace
 from tests.integration.conftest import REPO
 from tests.unit.builders import manifest
 
@@ -30,7 +31,7 @@ ENFORCE = "pod-security.kubernetes.io/enforce"
 def restricted(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[str]:
     name = f"t-restricted-{uuid.uuid4().hex[:6]}"
     labels = {ENFORCE: "restricted", f"{ENFORCE}-version": "latest"}
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    create_namespace(core, name, labels)
     yield name
     core.delete_namespace(name)
 

@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from localcluster import Cluster
+from tests.conftest import create_namespace
 from tests.integration.conftest import GROUP, PLURAL, VERSION, Jobs, pytorch_job, running_operator
 from tests.waiting import wait_for
 
@@ -56,7 +57,7 @@ def test_the_operator_removes_the_finalizer_an_older_version_left_and_a_namespac
     cluster_b: Cluster, crd: dict[str, Any], objects: client.CustomObjectsApi, core: client.CoreV1Api
 ) -> None:
     namespace = f"t-uninstall-{uuid.uuid4().hex[:6]}"  # this test deletes it: not the shared fixture's
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    create_namespace(core, namespace)
     jobs = Jobs(objects, core, namespace)
     old = pytorch_job("legacy", runPolicy={"suspend": True})
     old["metadata"]["finalizers"] = [OLD_FINALIZER]

@@ -62,3 +62,14 @@ def test_an_event_the_api_server_never_answers_is_dropped_without_failing_the_pa
     monkeypatch.setattr(io, "core", lambda: api_at(silent_server))
     job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}}
     io.EventRecorder().post(job, Event("Normal", "Created", "the gang is created"))
+
+
+def test_a_call_to_a_closed_port_is_a_link_failure_said_in_one_line_not_a_refusal() -> None:
+    """What a pass meets while the apiserver restarts: logged as a warning that names it, no traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]  # closed when the block ends: nothing listens there any more
+    with pytest.raises(urllib3.exceptions.HTTPError) as cut:
+        api_at(f"http://127.0.0.1:{port}").list_namespaced_pod("default")
+    assert io.refusal(cut.value) is None
+    assert "Connection refused" in (io.link_failure(cut.value) or ""), io.link_failure(cut.value)
+    assert io.link_failure(ValueError("a bug")) is None  # anything else still gets its traceback

@@ -203,6 +203,14 @@ def refusal(err: Exception) -> str | None:
     return None
 
 
+def link_failure(err: Exception) -> str | None:
+    """The link to the apiserver failed (refused, reset, timed out): expected while it restarts or the
+    network is cut, and retried; what failed, in one line. None for anything else."""
+    if isinstance(err, urllib3.exceptions.HTTPError):
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     """spec.containers[0].env[0].valueFrom, from the client's (argument index, field, index...) path."""
     parts = list(loc[1:] if loc and isinstance(loc[0], int) else loc)
