@@ -21,8 +21,8 @@ remembers what it wrote until the watch catches up:
   charged (a new leader's cache may not have every pod the old one created yet).
 
 Pod, node and job events only wake a job's loop; a pass runs when something changed or a timer is due,
-under a bound on concurrent passes, and a failed pass backs off exponentially (with jitter) for that job
-alone. A finished job sleeps until its TTL or an event. With leader election on, only the replica that
+under a bound on concurrent passes (a pass gives its slot up while its pods are created), and a failed
+pass backs off exponentially (with jitter) for that job alone. A finished job sleeps until its TTL or an event. With leader election on, only the replica that
 holds the Lease runs passes, and every write checks that it still holds it (`io.fence`); the other keeps
 its caches warm. All state that must survive a restart (the attempt, restart counters) lives in the job's
 status, never in memory.
@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import random
+import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -65,6 +66,9 @@ CREATED_MEMORY: Final = timedelta(seconds=10)
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 # The finalizer that versions before the uninstall fix put on jobs (Kopf's, for its daemon): removed.
 LEGACY_FINALIZER: Final = "training.dtjob.io/finalizer"
+# Pass threads for each pass slot (maxConcurrentPasses): the passes whose pods are being created wait in
+# threads of their own, so that a one-pod job's pass is not queued behind twenty 64-pod gangs' creates.
+PASS_THREADS_A_SLOT: Final = 4
 # A job's loop that died of an error outside its pass is started again after this long.
 LOOP_RESTART_SECONDS: Final = 1.0
 # On shutdown, how long the passes under way may take to end before the Lease is released anyway.
@@ -101,7 +105,8 @@ class Runtime:
 
     config: OperatorSettings
     jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
-    passes: asyncio.Semaphore = field(init=False)
+    passes: threading.BoundedSemaphore = field(init=False)
+    """A pass's slot: held while it decides and writes, given up while its pods are created."""
     executor: ThreadPoolExecutor = field(init=False)
     acting: asyncio.Event = field(default_factory=asyncio.Event)
     leadership: leader.Leadership | None = None
@@ -109,8 +114,10 @@ class Runtime:
     caches: Caches | None = None
 
     def __post_init__(self) -> None:
-        self.passes = asyncio.Semaphore(self.config.max_concurrent_passes)
-        self.executor = ThreadPoolExecutor(self.config.max_concurrent_passes, thread_name_prefix="pass")
+        self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
+        # More threads than slots: a pass whose pods are being created keeps its thread, not its slot.
+        threads = self.config.max_concurrent_passes * PASS_THREADS_A_SLOT
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="pass")
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -315,10 +322,18 @@ async def reconcile_once(
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
     try:
-        async with runtime.passes:
-            plan, done, fresh, lagging = await asyncio.get_running_loop().run_in_executor(
-                runtime.executor, _pass, job, children, overdue, cached, unknown, now, runtime.config
-            )
+        plan, done, fresh, lagging = await asyncio.get_running_loop().run_in_executor(
+            runtime.executor,
+            _pass,
+            runtime.passes,
+            job,
+            children,
+            overdue,
+            cached,
+            unknown,
+            now,
+            runtime.config,
+        )
     except io.Deposed:  # the Lease was lost during the pass: the new leader decides from here
         log.info("pass of %s/%s stopped: this replica no longer leads", *key)
         return None
@@ -365,7 +380,17 @@ async def _write(runtime: Runtime, key: JobKey, write: Any, *args: Any) -> None:
         log.warning("%s of %s/%s failed: %s", write.__name__, *key, io.refusal(err) or repr(err))
 
 
-def _pass(
+PassOutcome = tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]
+
+
+def _pass(slot: threading.BoundedSemaphore, *args: Any) -> PassOutcome:
+    """`_pass_in_slot` once a pass slot is free (first come first served, as the threads wait)."""
+    with slot:
+        return _pass_in_slot(slot, *args)
+
+
+def _pass_in_slot(
+    slot: threading.BoundedSemaphore,
     job: dict[str, Any],
     children: list[dict[str, Any]],
     overdue: list[dict[str, Any]],
@@ -373,7 +398,7 @@ def _pass(
     unknown_nodes: list[str],
     now: datetime,
     config: OperatorSettings,
-) -> tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]:
+) -> PassOutcome:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
     returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
     if _legacy(job):
@@ -398,7 +423,7 @@ def _pass(
     if plan.read_networks:  # once an attempt, for jobs whose GPUDirect profile needs GKE Network objects
         plan = reconcile(job, children, now, nodes, io.read_networks(), images)
     try:
-        done = io.execute(job, plan)
+        done = io.execute(job, plan, slot)
     except io.Refused as refused:  # the spec cannot work: say so on the job instead of retrying
         plan = refused_pods(job, str(refused), now)
         done = io.execute(job, plan)

@@ -5,6 +5,7 @@ attempt; a failing job backs off on its own."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -197,7 +198,8 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     # What a watch that lost the pods would make of it: both members vanished, the gang restarts.
     assert reconcile(job, [], now).status["phase"] == "Restarting"
     # The pass asks first: they exist, so nothing restarts and nothing is written.
-    plan, _, _, lagging = _pass(job, [], created, [], [], now, OperatorSettings())
+    slot = threading.BoundedSemaphore(1)
+    plan, _, _, lagging = _pass(slot, job, [], created, [], [], now, OperatorSettings())
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1
@@ -228,3 +230,37 @@ def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
     restarted = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LoopRestarted"]
     assert len(restarted) == 1 and "injected" in restarted[0].message, restarted
     assert restarted[0].involved_object.name == "phoenix"
+
+
+def test_a_one_pod_job_is_not_queued_behind_big_gangs_whose_pods_are_being_created(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    namespace: str,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pass slot and 20 requests/s: three 32-pod gangs take about five seconds to create. A pass gives
+    its slot up while its pods are created, and each pass has only a few creates queued at a time, so the
+    one-pod job created after them gets its pod long before the gangs have all of theirs (queued behind
+    them, it would get it after all 96)."""
+    monkeypatch.setenv("DTJOB_MAX_CONCURRENT_PASSES", "1")
+    monkeypatch.setenv("DTJOB_API_QPS", "20")
+    monkeypatch.setenv("DTJOB_API_BURST", "1")
+
+    def pods() -> list[str]:
+        return [pod.metadata.name for pod in core.list_namespaced_pod(namespace).items]
+
+    with running_operator(cluster_b, namespace):
+        for n in range(3):
+            jobs.create(pytorch_job(f"big-{n}", workers=32))
+        wait_for(lambda: len(pods()) >= 4, "the big gangs' first pods", timeout=60)
+        jobs.create(pytorch_job("small", workers=1))
+        big_before_small = wait_for(
+            lambda: (names := pods()) and "small-worker-0" in names and (len(names) - 1,),
+            "the small job's pod",
+            timeout=60,
+            interval=0.05,
+        )[0]
+        wait_for(lambda: len(pods()) == 97, "every pod created", timeout=120)
+    assert big_before_small < 48, f"{big_before_small} of the 96 big pods were created before the small one"
