@@ -22,10 +22,10 @@ remembers what it wrote until the watch catches up:
 
 Pod, node and job events only wake a job's loop; a pass runs when something changed or a timer is due,
 under a bound on concurrent passes (a pass gives its slot up while its pods are created), and a failed
-pass backs off exponentially (with jitter) for that job alone. A finished job sleeps until its TTL or an event. With leader election on, only the replica that
-holds the Lease runs passes, and every write checks that it still holds it (`io.fence`); the other keeps
-its caches warm. All state that must survive a restart (the attempt, restart counters) lives in the job's
-status, never in memory.
+pass backs off exponentially (with jitter) for that job alone. A finished job sleeps until its TTL or an
+event. With leader election on, only the replica that holds the Lease runs passes, and every write checks
+that it still holds it (`io.fence`); the other keeps its caches warm. All state that must survive a
+restart (the attempt, restart counters) lives in the job's status, never in memory.
 """
 
 from __future__ import annotations

@@ -390,8 +390,8 @@ EVENTS = EventRecorder()
 CREATES_AT_ONCE: Final = 4
 # Each pass keeps at most this many of its creates queued or in flight, so the creators serve the big
 # gangs in turn and a one-pod job's create waits behind a few of each, not behind whole gangs; a gang of
-# up to this many goes out whole, gangs in the order their passes came (which keeps a mass start's p50:
-# with 2, the 100 gangs' creates interleaved and all of them ended late).
+# up to this many goes out whole, gangs in the order their passes came (with 2, a mass start of 8-pod
+# gangs interleaved them all, and bench.scale's p50 rose).
 CREATES_QUEUED_A_PASS: Final = 8
 _creators = ThreadPoolExecutor(CREATES_AT_ONCE, thread_name_prefix="create")
 
