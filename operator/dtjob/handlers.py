@@ -40,10 +40,11 @@ import time
 import traceback
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import click
 import kopf
 
 from dtjob import metrics
@@ -51,7 +52,7 @@ from dtjob.kube import io, leader
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
 from dtjob.plan import Event, Plan, reconcile, refused_pods
-from dtjob.settings import OperatorSettings, from_env
+from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces
 
 # A safety net only: every input reaches a pass through the watches, and every time-based check through
 # the plan's requeue_after.
@@ -125,16 +126,23 @@ def _runtime(memo: kopf.Memo) -> Runtime:
     return runtime
 
 
+def _kopf_run_namespaces() -> tuple[str, ...]:
+    """What `kopf run --namespace` named (none under `dtjob run` or `kopf.run()`, which say DTJOB_NAMESPACES):
+    Kopf keeps it to itself, but its command's click context holds it while the operator runs."""
+    context = click.get_current_context(silent=True)
+    try:
+        return kopf_run_namespaces(context.params.get("namespaces") or () if context else ())
+    except ValueError as refused:
+        raise kopf.PermanentError(str(refused)) from None
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Each object's memo is a shallow copy of this operator-wide one: created here, the one runtime is
     # shared by the probe and the jobs' loops.
     config = from_env()
-    if not config.namespaces and not settings.peering.clusterwide:
-        raise kopf.PermanentError(
-            "the operator watches the namespaces in DTJOB_NAMESPACES (`dtjob run --namespace` sets it); "
-            "`kopf run --namespace` alone does not say them to its readers"
-        )
+    if not config.namespaces:
+        config = replace(config, namespaces=_kopf_run_namespaces())
     runtime = Runtime(config)
     memo["runtime"] = runtime
     io.limit_rate(config.api_qps, config.api_burst)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,3 +66,14 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         },
         namespaces=tuple(ns for ns in env.get(NAMESPACES_VARIABLE, "").split(",") if ns),
     )
+
+
+def kopf_run_namespaces(named: Sequence[str]) -> tuple[str, ...]:
+    """The namespaces `kopf run --namespace` named, for the readers, which watch namespaces by name: Kopf's
+    glob and exclusion patterns are refused, with the pattern named."""
+    patterns = [name for name in named if any(sign in name for sign in "*?[!")]
+    if patterns:
+        raise ValueError(
+            f"kopf run --namespace {' '.join(patterns)}: the operator watches namespaces by name, not by pattern"
+        )
+    return tuple(named)

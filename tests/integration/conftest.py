@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from dtjob.settings import NAMESPACES_VARIABLE
 from localcluster import Cluster, sim
 from tests.waiting import wait_for
 
@@ -45,26 +43,13 @@ def crd(cluster_a: Cluster) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_operator(cluster: Cluster, namespace: str) -> Iterator[KopfRunner]:
+    """`kopf run --namespace` in this process: Kopf's own option names what the operator's readers watch."""
     args = ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"]
-    with watching_namespace(namespace), KopfRunner(args, timeout=60) as runner:
+    with KopfRunner(args, timeout=60) as runner:
         yield runner
     # A clean stop, and no handler ever crashed with a traceback.
     assert runner.exception is None, runner.exception
     assert "Traceback" not in runner.output, runner.output[-4000:]
-
-
-@contextlib.contextmanager
-def watching_namespace(namespace: str) -> Iterator[None]:
-    """What `dtjob run --namespace` tells the operator's readers, for one run in this process."""
-    before = os.environ.get(NAMESPACES_VARIABLE)
-    os.environ[NAMESPACES_VARIABLE] = namespace
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(NAMESPACES_VARIABLE, None)
-        else:
-            os.environ[NAMESPACES_VARIABLE] = before
 
 
 @pytest.fixture

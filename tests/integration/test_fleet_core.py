@@ -22,6 +22,7 @@ from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
 from dtjob.settings import OperatorSettings
 from localcluster import Cluster, sim
+from tests.conftest import create_namespace
 from tests.integration.conftest import (
     CRD_FILE,
     JOB_LABEL,
@@ -264,3 +265,28 @@ def test_a_one_pod_job_is_not_queued_behind_big_gangs_whose_pods_are_being_creat
         )[0]
         wait_for(lambda: len(pods()) == 97, "every pod created", timeout=120)
     assert big_before_small < 48, f"{big_before_small} of the 96 big pods were created before the small one"
+
+
+def test_kopf_run_namespace_alone_names_the_namespaces_the_operator_reads(
+    cluster_b: Cluster,
+    crd: dict[str, Any],
+    objects: client.CustomObjectsApi,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    # `running_operator` is `kopf run --standalone --namespace NAMESPACE`, with no DTJOB_NAMESPACES.
+    other = f"{namespace}-other"
+    create_namespace(core, other)
+    try:
+        elsewhere = Jobs(objects, core, other)
+        # There first: a reader of every namespace would list it at start, before "here" exists.
+        elsewhere.create(pytorch_job("elsewhere", workers=1))
+        with running_operator(cluster_b, namespace):
+            jobs.create(pytorch_job("here", workers=1))
+            jobs.wait_pods("here", 1, phase="Running")
+            jobs.wait_condition("here", "Running")
+            assert "status" not in elsewhere.get("elsewhere")
+            assert elsewhere.pods("elsewhere") == []
+    finally:
+        core.delete_namespace(other)

@@ -3,6 +3,7 @@ copy of a job a pass decides on, the pods it created that the watch lacks yet, a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from dtjob.handlers import (
 from dtjob.kube.throttle import TokenBucket
 from dtjob.observed import classify, node_essentials, node_view, pod_essentials
 from dtjob.plan import Plan
-from dtjob.settings import OperatorSettings, from_env
+from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces
 from tests.unit.builders import (
     NOW,
     UID,
@@ -103,6 +104,14 @@ def test_settings_come_from_the_environment(env: dict[str, str], expected: Opera
 def test_a_malformed_setting_is_an_error_naming_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         from_env(env)
+
+
+def test_kopf_run_namespaces_are_names_and_a_pattern_is_refused_by_name() -> None:
+    assert kopf_run_namespaces(["team-a", "team-b"]) == ("team-a", "team-b")
+    assert kopf_run_namespaces([]) == ()
+    for pattern in ("team-*", "!kube-system", "team-?", "team-[ab]"):
+        with pytest.raises(ValueError, match=re.escape(f"--namespace {pattern}: ")):
+            kopf_run_namespaces(["team-a", pattern])
 
 
 def _job(uid: str, version: str) -> dict[str, Any]:
