@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TIER ?= C
+ADDONS ?=
 
 .PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd test test-unit demo
 
@@ -21,10 +22,10 @@ $(VENV)/.installed: pyproject.toml trainer-images/runtime/pyproject.toml
 	@touch $@
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)
-	@localcluster/build.sh etcd k8s kwok coredns helm
+	@localcluster/build.sh etcd k8s kwok coredns helm kueue
 
-cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C)
-	$(PY) -m localcluster up --tier $(TIER)
+cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C; ADDONS=kueue on B or C)
+	$(PY) -m localcluster up --tier $(TIER) --addons "$(ADDONS)"
 
 cluster-down: venv ## Stop the local cluster and remove all its state
 	$(PY) -m localcluster down

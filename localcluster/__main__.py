@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="bring the cluster up to a tier (incremental, idempotent)")
     up.add_argument("--tier", type=Tier, choices=list(Tier), default=Tier.C)
     up.add_argument("--fake-nodes", type=int, default=200, help="fake GKE GPU nodes (tier B and up)")
+    up.add_argument("--addons", default="", help="comma-separated optional components (tier B and up): kueue")
     sub.add_parser("down", help="stop every component and remove all state, interfaces and rules")
     sub.add_parser("status", help="print which tier runs and each component's PID")
     sub.add_parser("env", help="print `export KUBECONFIG=...` for a shell")
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster()
     try:
         if args.command == "up":
-            cluster.up(args.tier, fake_nodes=args.fake_nodes)
+            addons = tuple(a for a in args.addons.split(",") if a)
+            cluster.up(args.tier, fake_nodes=args.fake_nodes, addons=addons)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

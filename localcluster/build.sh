@@ -5,7 +5,7 @@
 # Output goes to $DTJOB_CACHE/bin/<tool>-<hash of its go.mod+go.sum>/, outside the repo, so a
 # version bump or a re-pin rebuilds and everything else is reused. Prints progress and timings.
 #
-# Usage: build.sh [tool...]   (tools: etcd k8s kwok coredns helm; default: all)
+# Usage: build.sh [tool...]   (tools: etcd k8s kwok coredns helm kueue; default: all)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +18,7 @@ etcd_version=v3.6.16
 kwok_version=v0.7.0
 coredns_version=v1.12.4
 helm_version=v3.19.5
+kueue_version=v0.14.0  # v0.13.x and v0.14.1 answer 403 at the module proxy (2026-11-23)
 
 key() {
   # shellcheck disable=SC2046  # the overlay scripts' paths have no spaces
@@ -86,6 +87,18 @@ build_k8s() {
     k8s.io/kubernetes/cmd/kubectl
 }
 
+# Kueue's CRDs and webhook registrations, from the same module, next to its binary (localcluster.kueue
+# applies them; the webhooks' service references become URLs there).
+kueue_manifests() {
+  local out dir; out=$(outdir kueue)
+  [ -f "$out/config/.complete" ] && return
+  dir=$(cd "$here/gomod/kueue" && go mod download -json sigs.k8s.io/kueue | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$out/config" && mkdir -p "$out/config/crd"
+  cp "$dir"/config/components/crd/bases/*.yaml "$out/config/crd/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$out/config/webhooks.yaml"
+  chmod -R u+w "$out/config" && touch "$out/config/.complete"
+}
+
 build_tool() {
   case $1 in
     # The main package is the module root .../server/v3, which go names "server": rename it after the build.
@@ -97,18 +110,21 @@ build_tool() {
     helm) build helm "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version \
 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34" \
       helm.sh/helm/v3/cmd/helm ;;
+    kueue) build kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version \
+-X sigs.k8s.io/kueue/pkg/version.GitCommit=431c2e538b87319c838e3a993dfeec2b077f8fa2" sigs.k8s.io/kueue/cmd/kueue
+      kueue_manifests ;;
     *) echo "unknown tool: $1" >&2; exit 2 ;;
   esac
 }
 
 # `build.sh --print-dirs` tells the Python side where each tool's binaries are.
 if [ "${1:-}" = "--print-dirs" ]; then
-  for t in etcd k8s kwok coredns helm; do echo "$t=$(outdir "$t")"; done
+  for t in etcd k8s kwok coredns helm kueue; do echo "$t=$(outdir "$t")"; done
   exit 0
 fi
 
 total=$SECONDS
-for tool in "${@:-etcd k8s kwok coredns helm}"; do
+for tool in "${@:-etcd k8s kwok coredns helm kueue}"; do
   for t in $tool; do build_tool "$t"; done
 done
 echo "[build] all requested tools ready in $((SECONDS - total))s"

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from localcluster import controlplane, fakenodes, hostnet, images
+from localcluster import controlplane, fakenodes, hostnet, images, kueue
 from localcluster.layout import HERE, REAL_NODE_NAME, Layout
 from localcluster.node import COMPONENTS as NODE_COMPONENTS
 from localcluster.node import Node
@@ -23,6 +23,8 @@ TIER_COMPONENTS = {
     "B": (*controlplane.COMPONENTS, "kwok"),
     "C": (*controlplane.COMPONENTS, "kwok", *NODE_COMPONENTS),
 }
+# Optional components on top of tier B or C (`up --addons kueue`): each is a tool to build and a process.
+ADDONS = ("kueue",)
 
 
 class ClusterError(RuntimeError):
@@ -68,7 +70,7 @@ class Cluster:
         return up
 
     def status(self) -> dict[str, object]:
-        every = TIER_COMPONENTS["C"]
+        every = (*TIER_COMPONENTS["C"], *ADDONS)
         return {
             "tier": self.running_tier(),
             "components": {c: self.procs.pid(c) for c in every},
@@ -80,7 +82,7 @@ class Cluster:
         """Fail loudly, with log tails, if a component that was started has died."""
         dead = [
             c
-            for c in TIER_COMPONENTS["C"]
+            for c in (*TIER_COMPONENTS["C"], *ADDONS)
             if (self.layout.pids / f"{c}.pid").exists() and not self.procs.running(c)
         ]
         if dead:
@@ -90,14 +92,18 @@ class Cluster:
             raise ClusterError(f"cluster components died: {', '.join(dead)}\n{tails}")
 
     # --- lifecycle ------------------------------------------------------------------------------------
-    def build(self, tier: Tier, with_helm: bool = False) -> None:
-        tools = [*TOOLS[tier], *(["helm"] if with_helm else [])]
+    def build(self, tier: Tier, with_helm: bool = False, addons: tuple[str, ...] = ()) -> None:
+        tools = [*TOOLS[tier], *(["helm"] if with_helm else []), *addons]
         subprocess.run([str(HERE / "build.sh"), *tools], check=True,
                        env={**os.environ, "DTJOB_CACHE": str(self.layout.cache)})  # fmt: skip
 
-    def up(self, tier: Tier = Tier.C, fake_nodes: int = 200) -> None:
+    def up(self, tier: Tier = Tier.C, fake_nodes: int = 200, addons: tuple[str, ...] = ()) -> None:
         tier = Tier(tier)
-        self.build(tier)
+        if unknown := set(addons) - set(ADDONS):
+            raise ClusterError(f"unknown addon(s) {', '.join(sorted(unknown))}; there are: {', '.join(ADDONS)}")
+        if addons and tier < Tier.B:
+            raise ClusterError(f"addons run on tier B or C, not {tier}")
+        self.build(tier, addons=addons)
         try:
             self.check_alive()
         except ClusterError as err:  # `up` restarts what died, after saying so
@@ -124,9 +130,20 @@ class Cluster:
                 step = time.monotonic()
                 self._up_node()
                 _log(f"tier C (real node, DNS, kube-proxy) ready in {time.monotonic() - step:.1f}s")
+            if "kueue" in addons:
+                self.up_kueue()
         except ProcessError as err:
             raise ClusterError(str(err)) from err
         _log(f"tier {tier} up in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
+
+    def up_kueue(self) -> None:
+        step = time.monotonic()
+        kueue.start(self.layout, self.procs, self.kubectl)
+        _log(f"kueue (webhooks at 127.0.0.1:{kueue.WEBHOOK_PORT}) ready in {time.monotonic() - step:.1f}s")
+
+    def down_kueue(self) -> None:
+        """Kueue stopped and its webhooks unregistered; its CRDs and objects stay (as after an uninstall)."""
+        kueue.stop(self.procs, self.kubectl)
 
     def _up_node(self) -> None:
         hostnet.prepare_for_pods()
@@ -192,7 +209,8 @@ class Cluster:
                          "--wait=false", check=False)  # fmt: skip
             self._wait_no_real_pods(timeout=30)
         self.node.stop()
-        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        kueue.remove_host_files()
+        for name in ("kueue", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self.procs.stop(name)
         hostnet.undo_pod_networking()
         hostnet.remove_loopback_aliases()

@@ -79,3 +79,9 @@ contexts: [{{name: local, context: {{cluster: local, user: {user}}}}}]
 current-context: local
 """
         )
+
+
+def server_certificate(layout: Layout, name: str, sans: str) -> tuple[Path, Path]:
+    """A serving certificate from the cluster's CA (an addon's webhook server): its .crt and .key."""
+    _leaf(layout.pki, name, f"/CN={name}", f"extendedKeyUsage=serverAuth\nsubjectAltName={sans}\n")
+    return layout.pki / f"{name}.crt", layout.pki / f"{name}.key"

@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
+from dtjob.kueue import PodSetInfo
 from dtjob.names import (
     TRAINER_CONTAINER,
     JobRef,
@@ -124,7 +125,8 @@ def render_network_policy(gang: Gang) -> dict[str, Any]:
     }
 
 
-def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
+def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -> dict[str, Any]:
+    """`admitted`: what Kueue's admission adds to the pods of the member's role (a queued job's)."""
     spec = gang.spec
     template = copy.deepcopy(spec.replica(member.role).template)
     template_meta = template.get("metadata") or {}
@@ -169,12 +171,28 @@ def render_pod(gang: Gang, member: Member) -> dict[str, Any]:
         **(template_meta.get("labels") or {}),
         **pod_labels(gang.job, member.role, member.index, gang.attempt),
     }
+    if admitted is not None:
+        _admit(pod_spec, labels, annotations, admitted)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(gang.job, member.pod, labels, annotations),
         "spec": pod_spec,
     }
+
+
+def _admit(
+    pod_spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str], admitted: PodSetInfo
+) -> None:
+    """Kueue's admission on top: where the flavor's nodes are (its nodeLabels win over the template's
+    and the accelerator's selector), how to tolerate them, and the admission checks' updates."""
+    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **admitted.node_selector}
+    _merge_tolerations(pod_spec, admitted.tolerations)
+    if admitted.scheduling_gates:
+        gates = _list(pod_spec, "schedulingGates")
+        gates += [dict(g) for g in admitted.scheduling_gates if g not in gates]
+    labels.update(admitted.labels)
+    annotations.update(admitted.annotations)
 
 
 def trainer_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,11 +259,15 @@ def _wire_accelerator(
         selector[SPOT_NODE_LABEL] = "true"
         tolerations.append(SPOT_TOLERATION)
     pod_spec["nodeSelector"] = selector
-    existing = _list(pod_spec, "tolerations")
-    existing += [dict(t) for t in tolerations if t not in existing]
+    _merge_tolerations(pod_spec, tolerations)
     resources = container["resources"] = dict(container.get("resources") or {})
     for kind in ("limits", "requests"):
         resources[kind] = {**(resources.get(kind) or {}), GPU_RESOURCE: str(spec.accelerator.count)}
+
+
+def _merge_tolerations(pod_spec: dict[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> None:
+    existing = _list(pod_spec, "tolerations")
+    existing += [dict(t) for t in tolerations if t not in existing]
 
 
 def _default_fs_group(pod_spec: dict[str, Any]) -> None:

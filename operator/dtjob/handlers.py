@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -113,6 +114,7 @@ class Runtime:
     leadership: leader.Leadership | None = None
     election: asyncio.Task[None] | None = None
     caches: Caches | None = None
+    kueue_served: bool = False
 
     def __post_init__(self) -> None:
         self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
@@ -174,12 +176,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         if job := runtime.jobs.get(key):
             job.created.pop(uid, None)  # the watch has it now
 
+    # Kueue is looked for once: installed later, it takes an operator restart (docs/kueue.md).
+    runtime.kueue_served = config.kueue and await asyncio.to_thread(io.kueue_served)
+    log.info(
+        "Kueue's API is %s",
+        "served: queued jobs are admitted through it" if runtime.kueue_served else "not served",
+    )
     runtime.caches = Caches(
         config.namespaces,
         on_job=lambda key, body: _job_seen(runtime, key, body),
         on_children=lambda key: _wake(runtime, key),
         on_pod=pod_seen,
         on_node_trouble=wake_jobs_on,
+        kueue_served=runtime.kueue_served,
     )
     runtime.caches.start()
 
@@ -326,6 +335,10 @@ async def reconcile_once(
         json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
     ]
     children, overdue = _children(job["metadata"]["uid"], others, pods, memory.created, now)
+    workloads = [
+        w for w in (json.loads(w) for w in caches.workloads.of(key)) if owned_by(w, job["metadata"]["uid"])
+    ]
+    queue = Queue(workloads[0] if workloads else None, dict(caches.flavors), runtime.kueue_served)
     known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
@@ -341,6 +354,7 @@ async def reconcile_once(
             unknown,
             now,
             runtime.config,
+            queue,
         )
     except io.Deposed:  # the Lease was lost during the pass: the new leader decides from here
         log.info("pass of %s/%s stopped: this replica no longer leads", *key)
@@ -388,6 +402,15 @@ async def _write(runtime: Runtime, key: JobKey, write: Any, *args: Any) -> None:
         log.warning("%s of %s/%s failed: %s", write.__name__, *key, io.refusal(err) or repr(err))
 
 
+@dataclass(frozen=True)
+class Queue:
+    """What a pass needs of Kueue: the job's Workload and the ResourceFlavors, as read."""
+
+    workload: dict[str, Any] | None
+    flavors: dict[str, dict[str, Any]]
+    served: bool
+
+
 PassOutcome = tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]
 
 
@@ -406,6 +429,7 @@ def _pass_in_slot(
     unknown_nodes: list[str],
     now: datetime,
     config: OperatorSettings,
+    queue: Queue,
 ) -> PassOutcome:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
     returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
@@ -421,15 +445,25 @@ def _pass_in_slot(
                     len(lagging), job["metadata"]["namespace"], job["metadata"]["name"])  # fmt: skip
     children = children + lagging
     nodes += _unknown_nodes_of(lagging, nodes)
-    images = config.daemon_images
-    plan = reconcile(job, children, now, nodes, daemon_images=images)
+    decide = functools.partial(
+        reconcile, daemon_images=config.daemon_images, workload=queue.workload, flavors=queue.flavors,
+        kueue_served=queue.served,
+    )  # fmt: skip
+    read: dict[str, Any] = {}  # what a plan asked the pass to read first, once each
+    plan = decide(job, children, now, nodes)
     if plan.confirm_missing:  # the cache says members are gone: a listing of the job's pods says for sure
         listed = [pod_essentials(pod) for pod in io.list_job_pods(job)]
         children = [child for child in children if child.get("kind") != "Pod"] + listed
         nodes += _unknown_nodes_of(listed, nodes)
-        plan = reconcile(job, children, now, nodes, daemon_images=images)
-    if plan.read_networks:  # once an attempt, for jobs whose GPUDirect profile needs GKE Network objects
-        plan = reconcile(job, children, now, nodes, io.read_networks(), images)
+        plan = decide(job, children, now, nodes)
+    while True:
+        if plan.read_networks and "networks" not in read:  # once an attempt, for a profile needing them
+            read["networks"] = io.read_networks()
+        elif plan.read_priority is not None and "priority" not in read:  # once, for a queued job's Workload
+            read["priority"] = io.read_priority(plan.read_priority)
+        else:
+            break
+        plan = decide(job, children, now, nodes, **read)
     try:
         done = io.execute(job, plan, slot)
     except io.Refused as refused:  # the spec cannot work: say so on the job instead of retrying

@@ -34,6 +34,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from dtjob import kueue
 from dtjob.api import (
     CleanPodPolicy,
     ConditionType,
@@ -42,11 +43,12 @@ from dtjob.api import (
     NcclChoice,
     NcclProfileName,
     parse_job,
+    timestamp,
 )
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
 from dtjob.desired import render_network_policy, render_pod, render_service
-from dtjob.frameworks import Gang
+from dtjob.frameworks import Gang, Member
 from dtjob.names import JobRef
 from dtjob.nccl import NETWORK_GROUP, NetworkChoice, choose, missing_networks, needs_networks
 from dtjob.observed import ACTIVE_STATES, Observed, PodView, observe
@@ -76,8 +78,9 @@ __all__ = [
 # Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
 # current attempt's pods drift back when edited.
 KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT})
-# How soon a job Invalid for want of its profile's Network objects looks for them again.
-NETWORKS_RECHECK_SECONDS: Final = 30.0
+# How soon a job Invalid for want of an object an admin may still create (its profile's Network objects,
+# the priority class it names) looks for it again.
+RECHECK_SECONDS: Final = 30.0
 # Delete with no grace: the pod object goes at once, for one no kubelet will ever finish.
 FORCE: Final = 0
 # A status can hold only so many entries this version does not know; past that it is read as none.
@@ -123,6 +126,13 @@ class Plan:
     confirm_missing: tuple[str, ...] = ()
     """Members the plan takes for lost because the children handed in lack them: decide again on a fresh
     listing of the job's pods before executing it (a cache that lags must not charge a failure)."""
+    workload: dict[str, Any] | None = None
+    """The Kueue Workload to create, for a job in a Kueue queue that has none yet."""
+    read_priority: kueue.Priority | None = None
+    """Nothing else is planned: decide again with the value of this priority class (the Workload needs it)."""
+    workload_status: dict[str, Any] | None = None
+    """A merge patch of the Workload's status subresource (its resourceVersion a precondition): the quota
+    handed back once an evicted gang is gone, or Finished once the job is."""
     requeue_after: float | None = None
     """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout, a grace on a
     pod running out); 0 when the next pass has work already (the teardown after a restart is recorded)."""
@@ -135,11 +145,17 @@ def reconcile(
     nodes: Sequence[Mapping[str, Any]] | None = None,
     networks: frozenset[str] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
+    workload: Mapping[str, Any] | None = None,
+    flavors: Mapping[str, Mapping[str, Any]] | None = None,
+    kueue_served: bool = True,
+    priority: kueue.Priority | None = None,
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
     objects, when a Plan asked for them (read_networks). `daemon_images`: the operator's GPUDirect daemon
-    images by profile (settings)."""
+    images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
+    Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
+    the priority class the job names, read when a Plan asked for it (read_priority)."""
     ref = JobRef.of(job)
     generation = job["metadata"].get("generation")
     old = read_status(job.get("status"))
@@ -158,25 +174,37 @@ def reconcile(
         chosen = choose(spec, networks or frozenset())
         if (missing := _networks_missing(spec, chosen, networks or frozenset())) is not None:
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
-            return replace(_invalid(old, missing, now, generation), requeue_after=NETWORKS_RECHECK_SECONDS)
+            return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
     gang = Gang.of(ref, spec, old.attempt, network, daemon_images)
     observed = observe(children, now, nodes)
+    queue = kueue.queue_of(job)
+    queueing = kueue.read(queue, workload, flavors or {}, kueue_served) if queue else None
     if _pods_refused(old, generation):
         live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
         return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live])
-    decision = decide(spec, old, gang, observed, now)
-    new = next_status(old, gang, observed, decision, now, generation)
+    if queueing is not None and queueing.state == kueue.State.MISSING and not old.finished:
+        wanted = kueue.priority_class_of(job, [render_pod(gang, m) for m in gang.members])
+        if wanted is not None and (priority is None or priority.class_name != wanted.class_name):
+            return Plan(read_priority=wanted)
+        if priority is not None and priority.value is None:
+            missing = f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
+            return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
+    decision = decide(spec, old, gang, observed, now, queueing)
+    admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
+    new = next_status(old, gang, observed, decision, now, generation, admitted.message if admitted else None)
     events = transition_events(old, new)
     if chosen is not None:
         record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)
         new = new.model_copy(update={"nccl": record})
         events.append(_network_event(old.attempt, chosen))
     deletes = _deletes(decision, gang.attempt, observed, old, spec)
-    service, pods, relabel = _writes(decision, gang, observed)
+    service, pods, relabel = _writes(decision, gang, observed, admitted)
     return Plan(
         create=pods,
         apply=service,
+        workload=_workload_to_create(job, gang, queueing, new, priority),
+        workload_status=_workload_status(queueing, observed, new, now),
         relabel=relabel,
         delete=[delete for delete, _ in deletes] + _policy_unwanted(spec, observed),
         status=_changed(old, new),
@@ -205,7 +233,7 @@ def _networks_missing(
     return (
         f"spec.nccl.profile: {chosen.profile} attaches each pod to the GKE Network objects "
         f"({NETWORK_GROUP}/v1) {', '.join(missing)}, which this cluster lacks. An admin creates them "
-        f"(docs/gke.md; this job looks again every {NETWORKS_RECHECK_SECONDS:.0f}s); or use profile Auto, "
+        f"(docs/gke.md; this job looks again every {RECHECK_SECONDS:.0f}s); or use profile Auto, "
         "which falls back to TCP without them"
     )
 
@@ -311,11 +339,47 @@ def _changed(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
     return None if new_dump == dump_status(old) else new_dump
 
 
+def _workload_to_create(
+    job: Mapping[str, Any],
+    gang: Gang,
+    queueing: kueue.Queueing | None,
+    new: JobStatus,
+    priority: kueue.Priority | None,
+) -> dict[str, Any] | None:
+    if queueing is None or queueing.state != kueue.State.MISSING or new.finished:
+        return None
+    pods = [render_pod(gang, member) for member in gang.members]
+    return kueue.render_workload(job, gang.job, queueing.queue, pods, priority)
+
+
+def _workload_status(
+    queueing: kueue.Queueing | None, observed: Observed, new: JobStatus, now: datetime
+) -> dict[str, Any] | None:
+    """An evicted gang's quota handed back once no pod of it is left; a finished job's Workload Finished."""
+    if queueing is None or queueing.workload is None:
+        return None
+    patch: dict[str, Any] | None = None
+    if new.finished and queueing.state != kueue.State.FINISHED:
+        succeeded = new.is_true(ConditionType.SUCCEEDED)
+        patch = kueue.finished(
+            queueing.workload, succeeded, f"the job {'succeeded' if succeeded else 'failed'}", timestamp(now)
+        )
+    elif queueing.state == kueue.State.EVICTED and not observed.pods:
+        patch = kueue.admission_cleared(queueing.workload, timestamp(now))
+    if patch is None:
+        return None
+    version = queueing.workload["metadata"].get("resourceVersion")
+    return {
+        "metadata": {"name": queueing.workload["metadata"]["name"], "resourceVersion": version},
+        "status": patch,
+    }
+
+
 def _writes(
-    decision: Decision, gang: Gang, observed: Observed
+    decision: Decision, gang: Gang, observed: Observed, admitted: kueue.Queueing | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Relabel]]:
     """The Service and NetworkPolicy to apply (if they differ), the pods to create, the live pods to
-    relabel."""
+    relabel; a Kueue-admitted gang's pods with what the admission adds."""
     action = decision.action
     keeps_gang = action in KEEPS_GANG and decision.reason != Reason.FINISHED
     if not keeps_gang and action not in (Action.SUSPEND, Action.RESTART_GANG):
@@ -329,9 +393,14 @@ def _writes(
         return apply, [], []
     present = {p.name: p for p in observed.of_attempt(gang.attempt)}
     create = action == Action.CREATE_MISSING
-    created = [render_pod(gang, m) for m in gang.members if create and m.pod not in present]
+    pod_sets = admitted.pod_sets if admitted is not None else {}
+
+    def render(member: Member) -> dict[str, Any]:
+        return render_pod(gang, member, pod_sets.get(kueue.pod_set_name(member.role)))
+
+    created = [render(m) for m in gang.members if create and m.pod not in present]
     kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
-    relabel = [r for m, pod in kept if (r := _drifted(pod, render_pod(gang, m))) is not None]
+    relabel = [r for m, pod in kept if (r := _drifted(pod, render(m))) is not None]
     return apply, created, relabel
 
 

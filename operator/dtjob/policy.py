@@ -29,6 +29,8 @@ from dtjob.api import (
     parse_timestamp,
 )
 from dtjob.frameworks import Gang, Member
+from dtjob.kueue import Queueing
+from dtjob.kueue import State as QueueState
 from dtjob.observed import (
     ACTIVE_STATES,
     ENDED_ABNORMALLY,
@@ -94,6 +96,8 @@ class Reason(StrEnum):
     PREFLIGHT_FAILED = "PreflightFailed"
     SETTLING = "Settling"
     """A member ended with no disruption in sight: the gang is watched before a failure is charged."""
+    QUEUED = "Queued"
+    """Kueue has not admitted the gang (or took its admission back): no pod may exist."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,14 @@ class Decision:
 
 
 def decide(
-    spec: DistributedTrainingJobSpec, status: JobStatus, gang: Gang, observed: Observed, now: datetime
+    spec: DistributedTrainingJobSpec,
+    status: JobStatus,
+    gang: Gang,
+    observed: Observed,
+    now: datetime,
+    queueing: Queueing | None = None,
 ) -> Decision:
+    """`queueing`: where Kueue stands with the job's Workload, for a job in a Kueue queue."""
     timers: list[float] = []
     policy = spec.run_policy
 
@@ -126,6 +136,16 @@ def decide(
 
     if policy.suspend:
         return Decision(Action.SUSPEND, Reason.SUSPENDED, "the job is suspended: its pods are deleted")
+
+    if queueing is not None and queueing.state != QueueState.ADMITTED:
+        live = [
+            p for p in observed.of_attempt(gang.attempt) if p.state in ACTIVE_STATES and not p.terminating
+        ]
+        if queueing.state == QueueState.EVICTED and live:
+            # Kueue's eviction (priority preemption, quota reclaimed, a check retracted) is an interruption
+            # the trainers did not cause: a preemption, after which the gang waits to be admitted again.
+            return Decision(Action.RESTART_GANG, Reason.PREEMPTED, f"evicted by Kueue: {queueing.message}")
+        return Decision(Action.SUSPEND, Reason.QUEUED, queueing.message)
 
     if policy.active_deadline_seconds is not None and status.start_time:
         due = parse_timestamp(status.start_time) + timedelta(seconds=policy.active_deadline_seconds)

@@ -35,6 +35,8 @@ class OperatorSettings:
     """The GPUDirect daemons' images by profile, instead of the profiles' (a job's nccl.daemonImage wins)."""
     namespaces: tuple[str, ...] = ()
     """The namespaces whose jobs (and their pods) the operator reads; none: every namespace."""
+    kueue: bool = True
+    """Whether to look for Kueue's API at start-up and, if served, admit queued jobs through it."""
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
@@ -65,7 +67,17 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
             name: image for name, variable in DAEMON_IMAGE_VARIABLES.items() if (image := env.get(variable))
         },
         namespaces=tuple(ns for ns in env.get(NAMESPACES_VARIABLE, "").split(",") if ns),
+        kueue=_switch(env, "DTJOB_KUEUE", default=True),
     )
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("true", "false"):
+        raise ValueError(f"{name}={env[name]!r} is not true or false")
+    return raw == "true"
 
 
 def kopf_run_namespaces(named: Sequence[str]) -> tuple[str, ...]:

@@ -82,10 +82,19 @@ class _Conditions:
 
 
 def next_status(
-    old: JobStatus, gang: Gang, observed: Observed, decision: Decision, now: datetime, generation: int | None
+    old: JobStatus,
+    gang: Gang,
+    observed: Observed,
+    decision: Decision,
+    now: datetime,
+    generation: int | None,
+    admitted: str | None = None,
 ) -> JobStatus:
-    """The status after carrying out `decision`: counters, times, per-role counts and conditions."""
+    """The status after carrying out `decision`: counters, times, per-role counts and conditions.
+    `admitted`: for a job in a Kueue queue that Kueue admitted, what the admission says."""
     action = decision.action
+    # A job waiting for Kueue is held as a suspended one is (no pods), under a condition of its own.
+    holding = ConditionType.QUEUED if decision.reason == Reason.QUEUED else ConditionType.SUSPENDED
     conditions = _Conditions(old.conditions, now, generation)
     conditions.set(ConditionType.INVALID, "False", "ValidSpec", "the spec is valid")
     if warnings := checkpoint_warnings(gang.spec):
@@ -98,12 +107,9 @@ def next_status(
         )
     attempt, restarts, last_restart = old.attempt, old.restarts, old.last_restart
     start_time, completion_time = old.start_time, old.completion_time
-    resumed = old.is_true(ConditionType.SUSPENDED) and action != Action.SUSPEND
-    if (
-        action == Action.SUSPEND
-        and not old.is_true(ConditionType.SUSPENDED)
-        and old.created_attempt == attempt
-    ):
+    still_suspended = action == Action.SUSPEND and holding == ConditionType.SUSPENDED
+    resumed = old.is_true(ConditionType.SUSPENDED) and not still_suspended
+    if action == Action.SUSPEND and not old.is_true(holding) and old.created_attempt == attempt:
         # Suspending ends the attempt: its pods, deleted now, are stale ones to wait for on resume, not
         # lost members of the resumed gang, which starts afresh (from the checkpoint) as the next attempt.
         attempt += 1
@@ -148,8 +154,13 @@ def next_status(
         start_time = timestamp(now)  # activeDeadlineSeconds counts from the resume, as for a Job
         conditions.set(ConditionType.SUSPENDED, "False", "Resumed", "the job was resumed")
     if action == Action.SUSPEND:
-        conditions.set(ConditionType.SUSPENDED, "True", decision.reason, decision.message)
-        conditions.set(ConditionType.RUNNING, "False", "Suspended", decision.message)
+        conditions.set(holding, "True", decision.reason, decision.message)
+        conditions.set(ConditionType.RUNNING, "False", holding.value, decision.message)
+    if holding == ConditionType.QUEUED:
+        conditions.set(ConditionType.ADMITTED, "False", "Queued", decision.message)
+    elif admitted is not None:
+        conditions.set(ConditionType.QUEUED, "False", "Admitted", admitted)
+        conditions.set(ConditionType.ADMITTED, "True", "Admitted", admitted)
     if action in FINISHING:
         completion_time = completion_time or timestamp(now)
         conditions.set(FINISHING[action], "True", decision.reason, decision.message)
@@ -282,6 +293,7 @@ def _phase(conditions: _Conditions) -> Phase:
         (ConditionType.FAILED, Phase.FAILED),
         (ConditionType.SUCCEEDED, Phase.SUCCEEDED),
         (ConditionType.SUSPENDED, Phase.SUSPENDED),
+        (ConditionType.QUEUED, Phase.QUEUED),
         (ConditionType.RESTARTING, Phase.RESTARTING),
         (ConditionType.RUNNING, Phase.RUNNING),
     ):

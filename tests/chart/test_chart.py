@@ -225,6 +225,14 @@ USED: dict[tuple[str, str, str], str] = {
     ("networking.k8s.io", "networkpolicies", "delete"): ".delete_namespaced_network_policy",
     ("", "events", "create"): ".create_namespaced_event(",
     ("", "events", "patch"): ".patch_namespaced_event(",
+    ("kueue.x-k8s.io", "workloads", "list"): "_kueue_lister(kueue.WORKLOADS",  # a queued job's Workload
+    ("kueue.x-k8s.io", "workloads", "watch"): "_kueue_lister(kueue.WORKLOADS",
+    ("kueue.x-k8s.io", "workloads", "create"): ".create_namespaced_custom_object(",
+    ("kueue.x-k8s.io", "workloads/status", "patch"): "kueue.WORKLOADS, body[",  # quota back; Finished
+    ("kueue.x-k8s.io", "resourceflavors", "list"): "_kueue_lister(kueue.RESOURCE_FLAVORS",
+    ("kueue.x-k8s.io", "resourceflavors", "watch"): "_kueue_lister(kueue.RESOURCE_FLAVORS",
+    ("kueue.x-k8s.io", "workloadpriorityclasses", "get"): ".get_cluster_custom_object(",
+    ("scheduling.k8s.io", "priorityclasses", "get"): ".read_priority_class(",
     ("coordination.k8s.io", "leases", "create"): ".create_namespaced_lease(",
     ("coordination.k8s.io", "leases", "get"): ".read_namespaced_lease(",
     ("coordination.k8s.io", "leases", "update"): ".replace_namespaced_lease(",

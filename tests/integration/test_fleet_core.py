@@ -16,7 +16,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 import dtjob.plan
-from dtjob.handlers import _pass
+from dtjob.handlers import Queue, _pass
 from dtjob.kube import io
 from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
@@ -200,7 +200,9 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     assert reconcile(job, [], now).status["phase"] == "Restarting"
     # The pass asks first: they exist, so nothing restarts and nothing is written.
     slot = threading.BoundedSemaphore(1)
-    plan, _, _, lagging = _pass(slot, job, [], created, [], [], now, OperatorSettings())
+    plan, _, _, lagging = _pass(
+        slot, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False)
+    )
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1

@@ -22,6 +22,8 @@ class Phase(StrEnum):
     FAILED = "Failed"
     SUSPENDED = "Suspended"
     INVALID = "Invalid"
+    QUEUED = "Queued"
+    """Waiting for Kueue to admit the whole gang: no pod exists."""
 
 
 class StatusModel(WireModel):
@@ -41,6 +43,10 @@ class ConditionType(StrEnum):
     """A pod of the current attempt cannot be placed: the message is the scheduler's."""
     CHECKPOINT_NOT_SHARED = "CheckpointNotShared"
     """The gang has several pods and no checkpoint volume: a restarted gang cannot resume."""
+    QUEUED = "Queued"
+    """The job waits in a Kueue queue; the message names the ClusterQueue and says what Kueue waits for."""
+    ADMITTED = "Admitted"
+    """Kueue admitted the whole gang (quota reserved, admission checks ready): its pods may exist."""
 
 
 # RFC 3339 with seconds, as metav1.Time serializes.

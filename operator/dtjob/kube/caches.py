@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from dtjob import kueue
 from dtjob.api import GROUP, PLURAL, VERSION
 from dtjob.kube.client import core, custom, networking
 from dtjob.kube.reflector import Lister, Reflector
@@ -101,13 +102,17 @@ class Caches:
         on_children: Callable[[JobKey], object],
         on_pod: Callable[[JobKey, str], object],
         on_node_trouble: Callable[[str], object],
+        kueue_served: bool = False,
     ) -> None:
+        """`kueue_served`: Kueue's API is there, so the job's Workloads and the ResourceFlavors are read."""
         self._on_job, self._on_children, self._on_pod = on_job, on_children, on_pod
         self._on_node_trouble = on_node_trouble
         self.pods: Grouped[JobKey, str] = Grouped()
         self.jobs_by_node: Grouped[str, JobKey] = Grouped()
         self.services: Grouped[JobKey, str] = Grouped()
         self.network_policies: Grouped[JobKey, str] = Grouped()
+        self.workloads: Grouped[JobKey, str] = Grouped()
+        self.flavors: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -127,6 +132,12 @@ class Caches:
                 (f"networkpolicies{where}", _lister(networking().list_namespaced_network_policy,
                  networking().list_network_policy_for_all_namespaces, ns), _child_entry, self._policy, owned),
             ]  # fmt: skip
+            if kueue_served:
+                readers.append((f"workloads{where}", _kueue_lister(kueue.WORKLOADS, ns), _workload_entry,
+                                self._workload, owned))  # fmt: skip
+        if kueue_served:
+            readers.append(("resourceflavors", _kueue_lister(kueue.RESOURCE_FLAVORS, None),
+                            without_managed_fields, self._flavor, None))  # fmt: skip
         readers.append(("nodes", core().list_node, node_essentials, self._node, None))
         self._listed: set[str] = set()
         self.reflectors = [
@@ -181,6 +192,16 @@ class Caches:
     def _policy(self, key: str, entry: tuple[JobKey, str] | None) -> None:
         self._child(self.network_policies, key, entry)
 
+    def _workload(self, key: str, entry: tuple[JobKey, str] | None) -> None:
+        """Kueue's word on a job (admitted, evicted) wakes it, as a change of its children does."""
+        self._child(self.workloads, key, entry)
+
+    def _flavor(self, name: str, flavor: dict[str, Any] | None) -> None:
+        if flavor is None:
+            self.flavors.pop(name, None)
+        else:
+            self.flavors[name] = flavor
+
     def _child(self, index: Grouped[JobKey, str], key: str, entry: tuple[JobKey, str] | None) -> None:
         """An edited or deleted Service or NetworkPolicy wakes its job, whose pass puts it back."""
         job = index.remove(key)
@@ -208,6 +229,22 @@ class Caches:
 
 def _lister(namespaced: Lister, cluster_wide: Lister, namespace: str | None) -> Lister:
     return functools.partial(namespaced, namespace) if namespace else cluster_wide
+
+
+def _workload_entry(workload: dict[str, Any]) -> tuple[JobKey, str]:
+    """A Workload as a pass reads it: its metadata and status (its podSets' templates are the pods')."""
+    meta = workload["metadata"]
+    job = (meta["namespace"], (meta.get("labels") or {}).get(JOB_NAME_LABEL, ""))
+    kept = {k: v for k, v in without_managed_fields(workload).items() if k != "spec"}
+    return job, compact(kept)
+
+
+def _kueue_lister(plural: str, namespace: str | None) -> Lister:
+    if namespace:
+        return functools.partial(
+            custom().list_namespaced_custom_object, kueue.GROUP, kueue.VERSION, namespace, plural
+        )
+    return functools.partial(custom().list_cluster_custom_object, kueue.GROUP, kueue.VERSION, plural)
 
 
 def _jobs_lister(namespace: str | None) -> Lister:

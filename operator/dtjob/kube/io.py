@@ -25,6 +25,7 @@ import urllib3
 from kubernetes import client
 from pydantic import ValidationError
 
+from dtjob import kueue
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
@@ -267,6 +268,61 @@ def delete(namespace: str, op: Delete) -> None:
             raise
 
 
+def kueue_served() -> bool:
+    """Whether the cluster serves Kueue's Workloads (discovery, which every authenticated user may read)."""
+    _take(write=False)
+    try:
+        found: Any = custom().get_api_resources(kueue.GROUP, kueue.VERSION)
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return any(resource.name == kueue.WORKLOADS for resource in found.resources or [])
+
+
+def read_priority(wanted: kueue.Priority) -> kueue.Priority:
+    """The value of the priority class a queued job names (value None when there is no such class)."""
+    _take(write=False)
+    try:
+        if wanted.source == kueue.WORKLOAD_PRIORITY_SOURCE:
+            found: Any = custom().get_cluster_custom_object(
+                kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PRIORITY_CLASSES, wanted.class_name
+            )
+            value = found["value"]
+        else:
+            value = client.SchedulingV1Api(api_client()).read_priority_class(wanted.class_name).value
+    except client.ApiException as err:
+        if err.status == 404:
+            return wanted
+        raise
+    return kueue.Priority(wanted.source, wanted.class_name, int(value))
+
+
+def create_workload(workload: Mapping[str, Any]) -> None:
+    """Create a queued job's Workload; one that exists already (its watch event still coming) is fine."""
+    _take()
+    try:
+        custom().create_namespaced_custom_object(
+            kueue.GROUP, kueue.VERSION, workload["metadata"]["namespace"], kueue.WORKLOADS, dict(workload)
+        )
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+
+
+def patch_workload_status(namespace: str, body: Mapping[str, Any]) -> None:
+    """Merge-patch a Workload's status onto the version the pass decided on; a newer or a gone Workload
+    (409, 404) is left to the next pass, which sees it."""
+    _take()
+    try:
+        custom().patch_namespaced_custom_object_status(
+            kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, body["metadata"]["name"], dict(body)
+        )
+    except client.ApiException as err:
+        if err.status not in (404, 409):
+            raise
+
+
 class JobGone(Exception):
     """The job was deleted: the apiserver answered 404 for it."""
 
@@ -435,6 +491,8 @@ def execute(job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None
         delete(namespace, op)
     for service in plan.apply:
         apply(service)
+    if plan.workload is not None:
+        create_workload(plan.workload)
     if plan.create:
         with _given_up(slot):
             done.created = create_pods(plan.create)
@@ -449,6 +507,8 @@ def execute(job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None
         if done.job is None:
             done.conflict = True
             return done
+    if plan.workload_status is not None:
+        patch_workload_status(namespace, plan.workload_status)
     for event in plan.events:
         EVENTS.post(done.job or job, event)
     if plan.delete_job:

@@ -1,0 +1,296 @@
+"""A job admitted through Kueue: the Workload dtjob makes for it, and what Kueue's admission says. Pure.
+
+dtjob is one of Kueue's external frameworks (Kueue's `integrations.externalFrameworks` lists
+`DistributedTrainingJob.v1alpha1.training.dtjob.io`): for a job labelled `kueue.x-k8s.io/queue-name`
+the operator creates one Workload, owned by the job, with a podSet per role whose count and pod template
+(requests included) are the rendered pods'. Kueue decides; the operator acts on the decision as Kueue's
+own job integrations do (jobframework's reconciler): no pod until the Workload is admitted; then every
+pod gets its flavors' nodeLabels and tolerations and the admission checks' podSetUpdates; an eviction
+takes the gang away and, once no pod is left, hands the quota back (the admission cleared, the Workload
+requeued); a finished job marks its Workload Finished, which frees the quota.
+
+Why not Kueue's pod-group integration: its pods exist, gated, before admission (a gang that is not
+admitted would still show pods, count against pod quotas and need Kueue's webhook on every pod create),
+and the group's rank wiring and restarts would be split between Kueue and dtjob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from dtjob.names import ROLE_LABEL, JobRef, job_labels
+
+GROUP: Final = "kueue.x-k8s.io"
+VERSION: Final = "v1beta1"
+WORKLOADS: Final = "workloads"
+RESOURCE_FLAVORS: Final = "resourceflavors"
+QUEUE_LABEL: Final = f"{GROUP}/queue-name"
+PRIORITY_CLASS_LABEL: Final = f"{GROUP}/priority-class"
+# On each admitted pod, as Kueue's own integrations put them (its TAS ungater reads them).
+POD_SET_LABEL: Final = f"{GROUP}/podset"
+WORKLOAD_ANNOTATION: Final = f"{GROUP}/workload"
+
+
+class State(StrEnum):
+    MISSING = "Missing"
+    """No Workload yet: the operator creates it."""
+    PENDING = "Pending"
+    """Waiting for quota or for admission checks."""
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
+    """Kueue took the admission back; it keeps the quota until the operator says the gang is gone."""
+    FINISHED = "Finished"
+
+
+WORKLOAD_PRIORITY_CLASSES: Final = "workloadpriorityclasses"
+# Where a Workload's priority comes from (its spec.priorityClassSource), as Kueue names the two sources.
+WORKLOAD_PRIORITY_SOURCE: Final = f"{GROUP}/workloadpriorityclass"
+POD_PRIORITY_SOURCE: Final = "scheduling.k8s.io/priorityclass"
+
+
+@dataclass(frozen=True)
+class Priority:
+    """A Workload's priority: the class named, where it is defined, and its value (None: no such class)."""
+
+    source: str
+    class_name: str
+    value: int | None = None
+
+
+def priority_class_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Priority | None:
+    """The priority class a queued job names, as Kueue's integrations pick it: the job's
+    `kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass), else its pods' priorityClassName."""
+    if name := (job["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL):
+        return Priority(WORKLOAD_PRIORITY_SOURCE, name)
+    for pod in pods:
+        if name := pod["spec"].get("priorityClassName"):
+            return Priority(POD_PRIORITY_SOURCE, name)
+    return None
+
+
+@dataclass(frozen=True)
+class PodSetInfo:
+    """What the admission adds to every pod of one podSet (a role)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    scheduling_gates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Queueing:
+    """A queued job's Workload as Kueue left it."""
+
+    queue: str
+    state: State
+    workload: Mapping[str, Any] | None = None
+    cluster_queue: str | None = None
+    message: str = ""
+    """Why it waits (Kueue's words), or why it was evicted."""
+    pod_sets: Mapping[str, PodSetInfo] = field(default_factory=dict)
+    """By podSet name (`pod_set_name(role)`), once admitted."""
+
+
+def queue_of(job: Mapping[str, Any]) -> str | None:
+    return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL) or None
+
+
+def workload_name(job: JobRef) -> str:
+    return f"dtjob-{job.name}"
+
+
+def pod_set_name(role: str) -> str:
+    return role.lower()
+
+
+def render_workload(
+    job: Mapping[str, Any],
+    ref: JobRef,
+    queue: str,
+    pods: Sequence[Mapping[str, Any]],
+    priority: Priority | None = None,
+) -> dict[str, Any]:
+    """The Workload of a queued job: one podSet per role, in the order of `pods` (rank order), each
+    with the role's count and its first pod as the template (what Kueue counts the requests from);
+    `priority`, the class the job names, read (Kueue orders and preempts by spec.priority)."""
+    pod_sets: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        name = pod_set_name(pod["metadata"]["labels"][ROLE_LABEL])
+        if name in pod_sets:
+            pod_sets[name]["count"] += 1
+            continue
+        template_meta = {k: v for k, v in pod["metadata"].items() if k in ("labels", "annotations")}
+        pod_sets[name] = {
+            "name": name,
+            "count": 1,
+            "template": {"metadata": template_meta, "spec": pod["spec"]},
+        }
+    spec: dict[str, Any] = {"queueName": queue, "podSets": list(pod_sets.values())}
+    if priority is not None and priority.value is not None:
+        spec.update(
+            priorityClassName=priority.class_name,
+            priorityClassSource=priority.source,
+            priority=priority.value,
+        )
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(ref),
+            "namespace": ref.namespace,
+            "labels": job_labels(ref),
+            "ownerReferences": [ref.owner_reference()],
+        },
+        "spec": spec,
+    }
+
+
+def read(
+    queue: str,
+    workload: Mapping[str, Any] | None,
+    flavors: Mapping[str, Mapping[str, Any]],
+    served: bool = True,
+) -> Queueing:
+    """Where Kueue stands with a queued job's Workload; `flavors`: the ResourceFlavors by name; `served`:
+    whether the operator found Kueue's API when it started (a queued job never runs around Kueue)."""
+    if not served:
+        message = (
+            f"the job names LocalQueue {queue}, but the operator found no Kueue API ({GROUP}/{VERSION} "
+            "Workloads) when it started: install Kueue, then restart the operator"
+        )
+        return Queueing(queue, State.PENDING, message=message)
+    if workload is None:
+        return Queueing(queue, State.MISSING, message=f"creating its Workload in LocalQueue {queue}")
+    status = workload.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    admission = status.get("admission")
+    cluster_queue = (admission or {}).get("clusterQueue")
+
+    def true(type_: str) -> bool:
+        return (conditions.get(type_) or {}).get("status") == "True"
+
+    def said(type_: str) -> str:
+        return str((conditions.get(type_) or {}).get("message") or "")
+
+    if true("Finished"):
+        return Queueing(queue, State.FINISHED, workload, cluster_queue, said("Finished"))
+    if true("Evicted") and admission is not None:
+        return Queueing(queue, State.EVICTED, workload, cluster_queue, said("Evicted"))
+    if true("Admitted") and admission is not None:
+        pod_sets, problem = _pod_sets(workload, admission, flavors)
+        if problem is not None:
+            return Queueing(queue, State.PENDING, workload, cluster_queue, problem)
+        return Queueing(
+            queue,
+            State.ADMITTED,
+            workload,
+            cluster_queue,
+            f"admitted by ClusterQueue {cluster_queue}",
+            pod_sets,
+        )
+    return Queueing(
+        queue,
+        State.PENDING,
+        workload,
+        cluster_queue,
+        _waiting_for(queue, cluster_queue, said("QuotaReserved"), status),
+    )
+
+
+def _waiting_for(queue: str, cluster_queue: str | None, quota_message: str, status: Mapping[str, Any]) -> str:
+    if cluster_queue is None:
+        return f"waiting in LocalQueue {queue} for quota" + (f": {quota_message}" if quota_message else "")
+    checks = [
+        f"{check.get('name')}: {check.get('state')}"
+        + (f" ({check['message']})" if check.get("message") else "")
+        for check in status.get("admissionChecks") or []
+        if check.get("state") != "Ready"
+    ]
+    return f"quota reserved in ClusterQueue {cluster_queue}; waiting for admission checks: " + (
+        "; ".join(checks) or "none pending yet"
+    )
+
+
+def _pod_sets(
+    workload: Mapping[str, Any], admission: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, PodSetInfo], str | None]:
+    """Each podSet's additions, as jobframework's getPodSetsInfoFromStatus builds them: the flavors'
+    nodeLabels and tolerations, the podSet label and the Workload annotation, then every admission
+    check's podSetUpdates for it. A flavor the operator has not seen yet: the pods wait for it."""
+    infos: dict[str, PodSetInfo] = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        name = str(assignment["name"])
+        info = PodSetInfo(
+            labels={POD_SET_LABEL: name}, annotations={WORKLOAD_ANNOTATION: workload["metadata"]["name"]}
+        )
+        if assignment.get("topologyAssignment"):
+            info.scheduling_gates.append({"name": f"{GROUP}/topology"})
+        for flavor_name in dict.fromkeys((assignment.get("flavors") or {}).values()):
+            flavor = flavors.get(flavor_name)
+            if flavor is None:
+                return {}, f"admitted with ResourceFlavor {flavor_name}, which the operator has not seen yet"
+            spec = flavor.get("spec") or {}
+            info.node_selector.update(spec.get("nodeLabels") or {})
+            info.tolerations.extend(spec.get("tolerations") or [])
+        for check in (workload.get("status") or {}).get("admissionChecks") or []:
+            for update in check.get("podSetUpdates") or []:
+                if update.get("name") != name:
+                    continue
+                for what, into in (
+                    ("labels", info.labels),
+                    ("annotations", info.annotations),
+                    ("nodeSelector", info.node_selector),
+                ):
+                    for key, value in (update.get(what) or {}).items():
+                        if into.get(key, value) != value:
+                            return {}, (
+                                f"admission check {check.get('name')} sets {what} {key}={value} on podSet {name}, "
+                                f"which already has {key}={into[key]}"
+                            )
+                        into[key] = value
+                info.tolerations.extend(update.get("tolerations") or [])
+        infos[name] = info
+    return infos, None
+
+
+def admission_cleared(workload: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The Workload status that hands an evicted Workload's quota back once its gang is gone, as
+    jobframework does: no admission, QuotaReserved False (Pending), Requeued True after a preemption."""
+    status = workload.get("status") or {}
+    conditions = status.get("conditions") or []
+    evicted: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Evicted"), {})
+    reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
+    kept = [c for c in conditions if c.get("type") not in ("QuotaReserved", "Admitted", "Requeued")]
+    return {
+        "admission": None,
+        "conditions": [
+            *kept,
+            _condition("QuotaReserved", "False", "Pending", message, now),
+            _condition("Admitted", "False", "NoReservation", "The workload has no reservation", now),
+            _condition("Requeued", "True" if reason == "Preempted" else "False", reason, message, now),
+        ],
+    }
+
+
+def finished(workload: Mapping[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
+    """The Workload status patch that marks it Finished (Kueue then releases its quota)."""
+    conditions = [
+        c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") != "Finished"
+    ]
+    conditions.append(_condition("Finished", "True", "Succeeded" if succeeded else "Failed", message, now))
+    return {"conditions": conditions}
+
+
+def _condition(type_: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now,
+    }

@@ -1,0 +1,193 @@
+"""Jobs admitted through the real Kueue (built from its module, `localcluster up --addons kueue`) on tier B:
+a gang is admitted whole or not at all, a queued job has no pod, finishing a job admits the next, and a
+higher-priority job preempts a lower one, whose restart is a preemption that waits for re-admission."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+from kubernetes import client
+
+from localcluster import Cluster, Tier, sim
+from tests.conftest import _at_tier
+from tests.integration.conftest import REPO, Jobs, pytorch_job
+from tests.waiting import wait_for
+
+KUEUE = "kueue.x-k8s.io"
+GPUS_A_GANG = 16  # pytorch_job(master=True, workers=1): 2 pods of 8 GPUs
+
+
+@pytest.fixture(scope="module")
+def kueue_cluster(local_cluster: Cluster) -> Iterator[Cluster]:
+    """Tier B with Kueue running; Kueue is stopped (its webhooks unregistered) after this module."""
+    cluster = _at_tier(local_cluster, Tier.B)
+    cluster.up_kueue()
+    yield cluster
+    cluster.down_kueue()
+
+
+def kueue_objects(objects: client.CustomObjectsApi) -> Any:
+    def apply(plural: str, body: dict[str, Any], namespace: str | None = None) -> None:
+        try:
+            if namespace:
+                objects.create_namespaced_custom_object(KUEUE, "v1beta1", namespace, plural, body)
+            else:
+                objects.create_cluster_custom_object(KUEUE, "v1beta1", plural, body)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+
+    return apply
+
+
+@pytest.fixture
+def queue(
+    kueue_cluster: Cluster, crd: dict[str, Any], objects: client.CustomObjectsApi, namespace: str
+) -> Iterator[str]:
+    """A LocalQueue in the test's namespace onto a ClusterQueue of its own with room for 3 gangs."""
+    apply = kueue_objects(objects)
+    apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
+                              "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}})  # fmt: skip
+    cluster_queue = f"cq-{uuid.uuid4().hex[:8]}"
+    apply("clusterqueues", {
+        "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                 "preemption": {"withinClusterQueue": "LowerPriority"},
+                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                     {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3 * GPUS_A_GANG}]}]}]},
+    })  # fmt: skip
+    apply("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
+                          "metadata": {"name": "team", "namespace": namespace},
+                          "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
+    yield "team"
+    objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
+
+
+def queued_job(name: str, queue: str, priority_class: str | None = None) -> dict[str, Any]:
+    job = pytorch_job(name, workers=1, master=True)
+    labels = {f"{KUEUE}/queue-name": queue}
+    if priority_class:
+        labels[f"{KUEUE}/priority-class"] = priority_class
+    job["metadata"]["labels"] = labels
+    return job
+
+
+def gangs(jobs: Jobs, names: list[str]) -> dict[str, tuple[int, str | None]]:
+    """Each job's pod count and phase, checking on the way that a job Kueue has not admitted has no pod
+    and that no more unfinished gangs than the quota holds have pods."""
+    seen = {}
+    for name in names:
+        job = jobs.get(name)
+        admitted = any(
+            c["type"] == "Admitted" and c["status"] == "True"
+            for c in job.get("status", {}).get("conditions", [])
+        )
+        pods = len(jobs.pods(name))
+        assert admitted or pods == 0, f"{name} has {pods} pod(s) but is not admitted: {job.get('status')}"
+        seen[name] = (pods, job.get("status", {}).get("phase"))
+    # A finished job's Workload is Finished, its quota free, while its last pods are still cleaned up.
+    live = [pods for pods, phase in seen.values() if pods and phase not in ("Succeeded", "Failed")]
+    assert len(live) <= 3, f"more gangs than the quota holds: {seen}"
+    return seen
+
+
+def test_a_quota_for_three_gangs_runs_three_of_five_and_finishing_one_admits_the_next(
+    kueue_cluster: Cluster,
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    queue: str,
+) -> None:
+    names = [f"q{i}" for i in range(5)]
+    for name in names:
+        jobs.create(queued_job(name, queue))
+
+    def settled() -> dict[str, tuple[int, str | None]] | None:
+        seen = gangs(jobs, names)
+        phases = sorted(phase or "" for _, phase in seen.values())
+        return seen if phases == ["Queued", "Queued", "Running", "Running", "Running"] else None
+
+    seen = wait_for(settled, "3 jobs Running and 2 Queued", timeout=90)
+    waiting = [name for name, (_, phase) in seen.items() if phase == "Queued"]
+    for name in waiting:
+        message = jobs.condition(name, "Queued")["message"]
+        assert f"LocalQueue {queue}" in message and "quota" in message, message
+    running = [name for name, (_, phase) in seen.items() if phase == "Running"]
+    assert "ClusterQueue cq-" in jobs.condition(running[0], "Admitted")["message"]
+    for pod in jobs.pods(running[0]):
+        assert pod.metadata.labels[f"{KUEUE}/podset"] in ("master", "worker")
+        assert pod.spec.node_selector["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
+
+    sim.exit_pod(core, namespace, f"{running[0]}-master-0", exit_code=0)
+    jobs.wait_condition(running[0], "Succeeded")
+    wait_for(lambda: sum(1 for n in waiting if gangs(jobs, names)[n][1] == "Running") == 1,
+             "the next queued job admitted and Running", timeout=90)  # fmt: skip
+    workload = client.CustomObjectsApi(core.api_client).get_namespaced_custom_object(
+        KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{running[0]}"
+    )
+    assert any(c["type"] == "Finished" and c["status"] == "True" for c in workload["status"]["conditions"])
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_whose_restart_is_a_preemption(
+    kueue_cluster: Cluster,
+    operator: KopfRunner,
+    jobs: Jobs,
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    queue: str,
+) -> None:
+    apply = kueue_objects(objects)
+    for name, value in (("dtjob-test-low", 10), ("dtjob-test-high", 1000)):
+        apply("workloadpriorityclasses", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "WorkloadPriorityClass",
+                                          "metadata": {"name": name}, "value": value})  # fmt: skip
+    low = [f"low{i}" for i in range(3)]
+    for name in low:
+        jobs.create(queued_job(name, queue, "dtjob-test-low"))
+    for name in low:
+        jobs.wait_pods(name, 2, phase="Running", timeout=90)
+    first_pods = {name: {p.metadata.uid for p in jobs.pods(name)} for name in low}
+
+    jobs.create(queued_job("urgent", queue, "dtjob-test-high"))
+    jobs.wait_pods("urgent", 2, phase="Running", timeout=90)
+    victims = [name for name in low if jobs.get(name)["status"]["restarts"]["total"]]
+    assert len(victims) == 1, {name: jobs.get(name)["status"] for name in low}
+    victim = jobs.get(victims[0])["status"]
+    assert victim["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+    assert victim["phase"] == "Queued" and "evicted by Kueue" in victim["lastRestart"]["message"]
+    assert jobs.pods(victims[0]) == []
+    for name in low:
+        if name != victims[0]:
+            assert {p.metadata.uid for p in jobs.pods(name)} == first_pods[name]  # untouched
+
+    # The urgent job done, the victim is admitted again and resumes as its next attempt.
+    sim.exit_pod(jobs.core, namespace, "urgent-master-0", exit_code=0)
+    pods = jobs.wait_pods(victims[0], 2, phase="Running", timeout=90)
+    assert {p.metadata.labels["training.dtjob.io/attempt"] for p in pods} == {"2"}
+    assert jobs.get(victims[0])["status"]["restarts"]["preemptions"] == 1  # counted once
+
+
+def test_the_kueue_examples_admit_the_example_job(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str
+) -> None:
+    docs = [
+        d
+        for path in sorted((REPO / "examples" / "kueue").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    ]
+    for doc in docs:
+        if doc["kind"] in ("LocalQueue", "DistributedTrainingJob"):
+            doc["metadata"]["namespace"] = namespace
+    kueue_cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")["metadata"]["name"]
+    jobs.wait_condition(job, "Admitted", timeout=90)
+    count = sum(
+        r["count"] for r in next(d for d in docs if d["kind"] == "DistributedTrainingJob")["spec"]["replicas"]
+    )
+    jobs.wait_pods(job, count, phase="Running", timeout=90)

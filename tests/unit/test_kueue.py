@@ -1,0 +1,234 @@
+"""A job in a Kueue queue, pass by pass (pure): the Workload it gets, no pod before admission, what the
+admission adds to each pod, an eviction counted as a preemption, the quota handed back, Finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob import kueue
+from dtjob.plan import Plan, reconcile
+from tests.unit.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pods_of, running, service_of
+from tests.unit.test_plan import after, applied, condition
+
+ACCELERATOR = {"type": "nvidia-h100-80gb", "count": 8}
+JOB = manifest(
+    ("Master", 1),
+    ("Worker", 2),
+    checkpoint=SHARED_CHECKPOINTS,
+    accelerator=ACCELERATOR,
+    nccl={"profile": "TCP"},
+)
+QUEUED = {**JOB, "metadata": {**JOB["metadata"], "labels": {kueue.QUEUE_LABEL: "team-a-gpus"}}}
+FLAVORS = {
+    "h100": {
+        "metadata": {"name": "h100"},
+        "spec": {
+            "nodeLabels": {"cloud.google.com/gke-nodepool": "h100-pool"},
+            "tolerations": [{"key": "reserved", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+}
+
+
+def workload(*conditions: tuple[str, str], admission: bool = False, **status: Any) -> dict[str, Any]:
+    """The job's Workload as Kueue left it: conditions as (type, status), with the admission to ClusterQueue
+    gpus in flavor h100 when `admission`."""
+    rendered = reconcile(QUEUED, [], NOW).workload
+    assert rendered is not None
+    stored: dict[str, Any] = {
+        **rendered,
+        "metadata": {**rendered["metadata"], "uid": "w-1", "resourceVersion": "7"},
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": t, "message": f"{t} is {s}", "lastTransitionTime": "x"}
+                for t, s in conditions
+            ],
+            **status,
+        },
+    }
+    if admission:
+        stored["status"]["admission"] = {
+            "clusterQueue": "gpus",
+            "podSetAssignments": [
+                {"name": name, "flavors": {"nvidia.com/gpu": "h100", "cpu": "h100"}, "count": count}
+                for name, count in (("master", 1), ("worker", 2))
+            ],
+        }
+    return stored
+
+
+def queued_pass(job: dict[str, Any], children: list[dict[str, Any]], wl: dict[str, Any] | None) -> Plan:
+    return reconcile(job, children, NOW, workload=wl, flavors=FLAVORS)
+
+
+def test_a_queued_job_gets_a_workload_with_a_pod_set_per_role_and_no_pod() -> None:
+    plan = queued_pass(QUEUED, [], None)
+    assert plan.create == []
+    assert plan.workload is not None
+    assert plan.workload["metadata"]["name"] == "dtjob-mnist"
+    assert plan.workload["metadata"]["ownerReferences"][0]["uid"] == JOB["metadata"]["uid"]
+    assert plan.workload["spec"]["queueName"] == "team-a-gpus"
+    pod_sets = plan.workload["spec"]["podSets"]
+    assert [(p["name"], p["count"]) for p in pod_sets] == [("master", 1), ("worker", 2)]
+    limits = pod_sets[1]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "8"  # what Kueue counts against the quota
+    job = after(QUEUED, plan)
+    assert job["status"]["phase"] == "Queued"
+    assert condition(job, "Queued") is not None and "team-a-gpus" in condition(job, "Queued")["message"]
+
+
+def test_a_workload_waiting_for_quota_keeps_the_job_queued_with_kueues_reason() -> None:
+    job = after(QUEUED, queued_pass(QUEUED, [], None))
+    waiting = workload(("QuotaReserved", "False"))
+    plan = queued_pass(job, [], waiting)
+    assert plan.create == [] and plan.workload is None
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Queued"
+    assert "QuotaReserved is False" in condition(job, "Queued")["message"]
+
+
+def test_quota_reserved_but_a_check_pending_is_still_queued_and_names_the_check() -> None:
+    pending_check = workload(
+        ("QuotaReserved", "True"), admission=True,
+        admissionChecks=[{"name": "dws-prov", "state": "Pending", "message": "waiting for capacity"}],
+    )  # fmt: skip
+    plan = queued_pass(QUEUED, [], pending_check)
+    assert plan.create == []
+    message = condition(after(QUEUED, plan), "Queued")["message"]
+    assert "ClusterQueue gpus" in message and "dws-prov: Pending (waiting for capacity)" in message
+
+
+def test_an_admitted_gang_is_created_whole_with_the_flavor_and_the_checks_updates() -> None:
+    update = {"name": "worker", "annotations": {"cluster-autoscaler.kubernetes.io/consume-provisioning-request": "pr-1"},
+              "nodeSelector": {"cloud.google.com/gke-queued": "true"}}  # fmt: skip
+    admitted = workload(
+        ("QuotaReserved", "True"), ("Admitted", "True"), admission=True,
+        admissionChecks=[{"name": "dws-prov", "state": "Ready", "podSetUpdates": [update]}],
+    )  # fmt: skip
+    plan = queued_pass(QUEUED, [], admitted)
+    assert applied(plan) == [
+        "Service/mnist",
+        "Pod/mnist-master-0",
+        "Pod/mnist-worker-0",
+        "Pod/mnist-worker-1",
+    ]
+    for pod in plan.create:
+        meta, spec = pod["metadata"], pod["spec"]
+        role = meta["labels"]["training.dtjob.io/role"].lower()
+        assert meta["labels"][kueue.POD_SET_LABEL] == role
+        assert meta["annotations"][kueue.WORKLOAD_ANNOTATION] == "dtjob-mnist"
+        assert spec["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
+        assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
+        assert {"key": "reserved", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+        queued_node = spec["nodeSelector"].get("cloud.google.com/gke-queued")
+        assert queued_node == ("true" if role == "worker" else None)
+    job = after(QUEUED, plan)
+    assert (
+        condition(job, "Admitted")["status"] == "True"
+        and "ClusterQueue gpus" in condition(job, "Admitted")["message"]
+    )
+    assert condition(job, "Queued") is None  # never queued in the status: admitted at its first look
+
+
+def test_an_admission_whose_flavor_is_not_read_yet_waits_for_it() -> None:
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    plan = reconcile(QUEUED, [], NOW, workload=admitted, flavors={})
+    assert plan.create == []
+    assert "ResourceFlavor h100" in condition(after(QUEUED, plan), "Queued")["message"]
+
+
+def test_checks_that_disagree_on_a_label_hold_the_gang_and_say_so() -> None:
+    checks = [
+        {"name": name, "state": "Ready", "podSetUpdates": [{"name": "worker", "labels": {"zone": zone}}]}
+        for name, zone in (("a", "1"), ("b", "2"))
+    ]
+    admitted = workload(
+        ("QuotaReserved", "True"), ("Admitted", "True"), admission=True, admissionChecks=checks
+    )
+    plan = queued_pass(QUEUED, [], admitted)
+    assert plan.create == []
+    assert "admission check b sets labels zone=2" in condition(after(QUEUED, plan), "Queued")["message"]
+
+
+def running_gang() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    job = after(QUEUED, queued_pass(QUEUED, [], admitted))
+    children = [service_of(QUEUED), *(running(p) for p in pods_of(QUEUED).values())]
+    job = after(job, queued_pass(job, children, admitted))
+    assert job["status"]["phase"] == "Running"
+    return job, children
+
+
+def test_an_eviction_deletes_the_gang_counts_a_preemption_and_waits_for_readmission() -> None:
+    job, children = running_gang()
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    plan = queued_pass(job, children, evicted)
+    assert plan.create == [] and plan.workload_status is None  # the quota goes back once the pods are gone
+    job = after(job, plan)
+    assert job["status"]["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+    assert "evicted by Kueue: Evicted is True" in job["status"]["lastRestart"]["message"]
+    plan = queued_pass(job, children, evicted)  # the restart recorded: the old gang goes
+    assert sorted(d.name for d in plan.delete) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+    assert plan.create == [] and plan.workload_status is None
+    job = after(job, plan)
+
+    # The pods gone: the admission is cleared (a preemption's Workload is requeued), nothing created.
+    plan = queued_pass(job, [service_of(QUEUED)], evicted)
+    assert plan.create == []
+    assert plan.workload_status is not None
+    assert plan.workload_status["metadata"] == {"name": "dtjob-mnist", "resourceVersion": "7"}
+    status = plan.workload_status["status"]
+    assert status["admission"] is None
+    kinds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert kinds["QuotaReserved"] == ("False", "Pending") and kinds["Evicted"] == ("True", "Evicted")
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Queued"
+    assert job["status"]["restarts"]["preemptions"] == 1  # counted once
+
+
+def test_a_finished_job_marks_its_workload_finished_once() -> None:
+    job, children = running_gang()
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    done = [exited(c, 0) if c["metadata"]["name"] == "mnist-master-0" else c for c in children]
+    plan = queued_pass(job, done, admitted)
+    assert plan.workload_status is not None
+    finished = [c for c in plan.workload_status["status"]["conditions"] if c["type"] == "Finished"]
+    assert [(c["status"], c["reason"]) for c in finished] == [("True", "Succeeded")]
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Succeeded"
+    marked = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Finished", "True"), admission=True)
+    assert queued_pass(job, done, marked).workload_status is None
+
+
+def test_a_job_naming_a_queue_never_runs_around_kueue_when_the_operator_found_none() -> None:
+    plan = reconcile(QUEUED, [], NOW, kueue_served=False)
+    assert plan.create == [] and plan.workload is None
+    assert "install Kueue, then restart the operator" in condition(after(QUEUED, plan), "Queued")["message"]
+
+
+def test_a_job_without_a_queue_is_untouched_by_kueue() -> None:
+    plan = reconcile(JOB, [], NOW, kueue_served=False)
+    assert plan.workload is None and len(plan.create) == 3
+
+
+def test_the_workload_carries_the_value_of_the_priority_class_the_job_names() -> None:
+    labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue.PRIORITY_CLASS_LABEL: "high"}
+    job = {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": labels}}
+    asked = reconcile(job, [], NOW)
+    assert asked.read_priority == kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high")
+    assert asked.workload is None and asked.status is None  # nothing else until it is read
+    plan = reconcile(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high", 1000))
+    assert plan.workload is not None
+    spec = plan.workload["spec"]
+    assert (spec["priorityClassName"], spec["priorityClassSource"], spec["priority"]) == (
+        "high", "kueue.x-k8s.io/workloadpriorityclass", 1000)  # fmt: skip
+    missing = reconcile(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
+    assert missing.workload is None and missing.requeue_after == 30.0
+    assert "priority class high" in condition(after(job, missing), "Invalid")["message"]
+
+
+def test_without_a_workload_priority_class_the_pods_priority_class_is_the_workloads() -> None:
+    pods = list(pods_of(QUEUED).values())
+    pods[0]["spec"]["priorityClassName"] = "batch-high"
+    assert kueue.priority_class_of(QUEUED, pods) == kueue.Priority(kueue.POD_PRIORITY_SOURCE, "batch-high")
+    assert kueue.priority_class_of(QUEUED, list(pods_of(QUEUED).values())) is None
