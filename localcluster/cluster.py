@@ -100,7 +100,9 @@ class Cluster:
     def up(self, tier: Tier = Tier.C, fake_nodes: int = 200, addons: tuple[str, ...] = ()) -> None:
         tier = Tier(tier)
         if unknown := set(addons) - set(ADDONS):
-            raise ClusterError(f"unknown addon(s) {', '.join(sorted(unknown))}; there are: {', '.join(ADDONS)}")
+            raise ClusterError(
+                f"unknown addon(s) {', '.join(sorted(unknown))}; there are: {', '.join(ADDONS)}"
+            )
         if addons and tier < Tier.B:
             raise ClusterError(f"addons run on tier B or C, not {tier}")
         self.build(tier, addons=addons)

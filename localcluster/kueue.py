@@ -91,7 +91,12 @@ def start(layout: Layout, procs: Processes, kubectl: Kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(config / "crd"))
     kubectl("wait", "--for=condition=Established", "--timeout=60s",
             *(f"crd/{path.stem.split('_', 1)[1]}.{GROUP}" for path in sorted((config / "crd").glob("*.yaml"))))  # fmt: skip
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    )
     state = layout.state / "kueue"
     cert_dir = state / "certs"
     cert_dir.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,8 @@ class Queueing:
     """Why it waits (Kueue's words), or why it was evicted."""
     pod_sets: Mapping[str, PodSetInfo] = field(default_factory=dict)
     """By podSet name (`pod_set_name(role)`), once admitted."""
+    active: bool = True
+    """The Workload's spec.active: false, Kueue neither admits it nor keeps it admitted."""
 
 
 def queue_of(job: Mapping[str, Any]) -> str | None:
@@ -169,6 +171,7 @@ def read(
     status = workload.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     admission = status.get("admission")
+    active = (workload.get("spec") or {}).get("active", True) is not False
     cluster_queue = (admission or {}).get("clusterQueue")
 
     def true(type_: str) -> bool:
@@ -178,28 +181,19 @@ def read(
         return str((conditions.get(type_) or {}).get("message") or "")
 
     if true("Finished"):
-        return Queueing(queue, State.FINISHED, workload, cluster_queue, said("Finished"))
+        return Queueing(queue, State.FINISHED, workload, cluster_queue, said("Finished"), active=active)
     if true("Evicted") and admission is not None:
-        return Queueing(queue, State.EVICTED, workload, cluster_queue, said("Evicted"))
+        return Queueing(queue, State.EVICTED, workload, cluster_queue, said("Evicted"), active=active)
     if true("Admitted") and admission is not None:
         pod_sets, problem = _pod_sets(workload, admission, flavors)
         if problem is not None:
-            return Queueing(queue, State.PENDING, workload, cluster_queue, problem)
-        return Queueing(
-            queue,
-            State.ADMITTED,
-            workload,
-            cluster_queue,
-            f"admitted by ClusterQueue {cluster_queue}",
-            pod_sets,
-        )
-    return Queueing(
-        queue,
-        State.PENDING,
-        workload,
-        cluster_queue,
-        _waiting_for(queue, cluster_queue, said("QuotaReserved"), status),
-    )
+            return Queueing(queue, State.PENDING, workload, cluster_queue, problem, active=active)
+        message = f"admitted by ClusterQueue {cluster_queue}"
+        return Queueing(queue, State.ADMITTED, workload, cluster_queue, message, pod_sets, active)
+    waiting = _waiting_for(queue, cluster_queue, said("QuotaReserved"), status)
+    if not active:
+        waiting = "the Workload is inactive (the job is suspended, or Kueue deactivated it)"
+    return Queueing(queue, State.PENDING, workload, cluster_queue, waiting, active=active)
 
 
 def _waiting_for(queue: str, cluster_queue: str | None, quota_message: str, status: Mapping[str, Any]) -> str:

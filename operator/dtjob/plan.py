@@ -128,6 +128,9 @@ class Plan:
     listing of the job's pods before executing it (a cache that lags must not charge a failure)."""
     workload: dict[str, Any] | None = None
     """The Kueue Workload to create, for a job in a Kueue queue that has none yet."""
+    workload_active: bool | None = None
+    """Set the Workload's spec.active to this: false while the job is suspended (Kueue then evicts it and
+    its quota is handed back), true again on resume (Kueue queues it again)."""
     read_priority: kueue.Priority | None = None
     """Nothing else is planned: decide again with the value of this priority class (the Workload needs it)."""
     workload_status: dict[str, Any] | None = None
@@ -192,7 +195,8 @@ def reconcile(
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     decision = decide(spec, old, gang, observed, now, queueing)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
-    new = next_status(old, gang, observed, decision, now, generation, admitted.message if admitted else None)
+    admission = admitted.message if admitted else None
+    new = next_status(old, gang, observed, decision, now, generation, queueing is not None, admission)
     events = transition_events(old, new)
     if chosen is not None:
         record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)
@@ -205,6 +209,7 @@ def reconcile(
         apply=service,
         workload=_workload_to_create(job, gang, queueing, new, priority),
         workload_status=_workload_status(queueing, observed, new, now),
+        workload_active=_workload_active(queueing, spec),
         relabel=relabel,
         delete=[delete for delete, _ in deletes] + _policy_unwanted(spec, observed),
         status=_changed(old, new),
@@ -350,6 +355,13 @@ def _workload_to_create(
         return None
     pods = [render_pod(gang, member) for member in gang.members]
     return kueue.render_workload(job, gang.job, queueing.queue, pods, priority)
+
+
+def _workload_active(queueing: kueue.Queueing | None, spec: DistributedTrainingJobSpec) -> bool | None:
+    if queueing is None or queueing.workload is None:
+        return None
+    wanted = not spec.run_policy.suspend
+    return wanted if queueing.active != wanted else None
 
 
 def _workload_status(

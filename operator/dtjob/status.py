@@ -88,10 +88,11 @@ def next_status(
     decision: Decision,
     now: datetime,
     generation: int | None,
+    queued: bool = False,
     admitted: str | None = None,
 ) -> JobStatus:
     """The status after carrying out `decision`: counters, times, per-role counts and conditions.
-    `admitted`: for a job in a Kueue queue that Kueue admitted, what the admission says."""
+    `queued`: the job is in a Kueue queue; `admitted`: what Kueue's admission says, once it admitted it."""
     action = decision.action
     # A job waiting for Kueue is held as a suspended one is (no pods), under a condition of its own.
     holding = ConditionType.QUEUED if decision.reason == Reason.QUEUED else ConditionType.SUSPENDED
@@ -156,8 +157,10 @@ def next_status(
     if action == Action.SUSPEND:
         conditions.set(holding, "True", decision.reason, decision.message)
         conditions.set(ConditionType.RUNNING, "False", holding.value, decision.message)
-    if holding == ConditionType.QUEUED:
-        conditions.set(ConditionType.ADMITTED, "False", "Queued", decision.message)
+    if old.finished or action in FINISHING:
+        pass  # a finished job's Workload is Finished too: the Admitted condition says how it ran
+    elif queued and admitted is None:
+        conditions.set(ConditionType.ADMITTED, "False", "NotAdmitted", decision.message)
     elif admitted is not None:
         conditions.set(ConditionType.QUEUED, "False", "Admitted", admitted)
         conditions.set(ConditionType.ADMITTED, "True", "Admitted", admitted)

@@ -168,6 +168,11 @@ def test_throughput_values_reach_the_operator_environment(
     assert tuple(env[name] for name in THROUGHPUT_ENV) == expected
 
 
+def test_the_kueue_value_reaches_the_operator_environment() -> None:
+    assert container_env(render())["DTJOB_KUEUE"] == "true"
+    assert container_env(render("kueue=false"))["DTJOB_KUEUE"] == "false"
+
+
 def test_the_operator_runs_with_two_malloc_arenas() -> None:
     assert container_env(render())["MALLOC_ARENA_MAX"] == "2"
 
@@ -228,6 +233,7 @@ USED: dict[tuple[str, str, str], str] = {
     ("kueue.x-k8s.io", "workloads", "list"): "_kueue_lister(kueue.WORKLOADS",  # a queued job's Workload
     ("kueue.x-k8s.io", "workloads", "watch"): "_kueue_lister(kueue.WORKLOADS",
     ("kueue.x-k8s.io", "workloads", "create"): ".create_namespaced_custom_object(",
+    ("kueue.x-k8s.io", "workloads", "patch"): 'kueue.WORKLOADS, name, {"spec"',  # active while not suspended
     ("kueue.x-k8s.io", "workloads/status", "patch"): "kueue.WORKLOADS, body[",  # quota back; Finished
     ("kueue.x-k8s.io", "resourceflavors", "list"): "_kueue_lister(kueue.RESOURCE_FLAVORS",
     ("kueue.x-k8s.io", "resourceflavors", "watch"): "_kueue_lister(kueue.RESOURCE_FLAVORS",

@@ -12,7 +12,7 @@ from localcluster.hostnet import LOOPBACK_ALIASES, RULE_COMMENT
 from localcluster.layout import POD_BRIDGE
 from tests.integration.conftest import REPO
 
-TOOLS = ("etcd", "k8s", "kwok", "coredns", "helm")
+TOOLS = ("etcd", "k8s", "kwok", "coredns", "helm", "kueue")
 
 
 def make(*targets: str) -> str:

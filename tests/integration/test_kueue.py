@@ -172,6 +172,28 @@ def test_a_higher_priority_job_preempts_a_lower_one_whose_restart_is_a_preemptio
     assert jobs.get(victims[0])["status"]["restarts"]["preemptions"] == 1  # counted once
 
 
+def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str, queue: str
+) -> None:
+    names = [f"s{i}" for i in range(4)]
+    for name in names:
+        jobs.create(queued_job(name, queue))
+    seen = wait_for(lambda: (g := gangs(jobs, names)) and sum(p == "Running" for _, p in g.values()) == 3 and g,
+                    "3 of 4 jobs Running", timeout=90)  # fmt: skip
+    paused = next(name for name, (_, phase) in seen.items() if phase == "Running")
+    waiting = next(name for name, (_, phase) in seen.items() if phase == "Queued")
+    jobs.patch(paused, {"spec": {"runPolicy": {"suspend": True}}})
+    jobs.wait_pods(waiting, 2, phase="Running", timeout=90)  # the suspended job's quota went to it
+    assert jobs.pods(paused) == [] and jobs.get(paused)["status"]["phase"] == "Suspended"
+    jobs.patch(paused, {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(
+        lambda: jobs.get(paused)["status"]["phase"] == "Queued", "the resumed job Queued (no quota left)"
+    )
+    assert jobs.pods(paused) == []
+    assert jobs.get(paused)["status"]["restarts"]["total"] == 0
+    gangs(jobs, names)
+
+
 def test_the_kueue_examples_admit_the_example_job(
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str
 ) -> None:

@@ -80,8 +80,8 @@ def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -
         pytest.param({}, OperatorSettings(), id="defaults when nothing is set"),
         pytest.param(
             {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080",
-             "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2"},
-            OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080,
+             "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2", "DTJOB_KUEUE": "false"},
+            OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080, kueue=False,
                              daemon_images={NcclProfileName.GPUDIRECT_TCPX: "r/tcpx:1", NcclProfileName.GPUDIRECT_TCPXO: "r/tcpxo:2"}),
             id="every setting from its variable",
         ),
@@ -99,6 +99,9 @@ def test_settings_come_from_the_environment(env: dict[str, str], expected: Opera
         ),
         pytest.param({"DTJOB_MAX_CONCURRENT_PASSES": "0"}, "must be at least 1", id="zero concurrent passes"),
         pytest.param({"DTJOB_API_BURST": "2.5"}, "is not a int", id="a fraction for a count"),
+        pytest.param(
+            {"DTJOB_KUEUE": "yes"}, "DTJOB_KUEUE='yes' is not true or false", id="a word for a switch"
+        ),
     ],
 )
 def test_a_malformed_setting_is_an_error_naming_the_variable(env: dict[str, str], message: str) -> None:

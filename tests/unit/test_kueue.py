@@ -232,3 +232,27 @@ def test_without_a_workload_priority_class_the_pods_priority_class_is_the_worklo
     pods[0]["spec"]["priorityClassName"] = "batch-high"
     assert kueue.priority_class_of(QUEUED, pods) == kueue.Priority(kueue.POD_PRIORITY_SOURCE, "batch-high")
     assert kueue.priority_class_of(QUEUED, list(pods_of(QUEUED).values())) is None
+
+
+def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> None:
+    job, children = running_gang()
+    suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    plan = queued_pass(suspended, children, admitted)
+    assert plan.workload_active is False
+    assert sorted(d.name for d in plan.delete) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+    suspended = after(suspended, plan)
+    assert suspended["status"]["phase"] == "Suspended"
+    assert suspended["status"]["restarts"]["total"] == 0  # a suspension is not a restart
+    # Kueue evicts the inactive Workload; once the pods are gone its quota is handed back.
+    inactive = workload(("QuotaReserved", "True"), ("Evicted", "True"), admission=True)
+    inactive["spec"]["active"] = False
+    plan = queued_pass(suspended, [service_of(QUEUED)], inactive)
+    assert plan.workload_active is None and plan.create == []
+    assert plan.workload_status is not None and plan.workload_status["status"]["admission"] is None
+    resumed = {**suspended, "spec": {**suspended["spec"], "runPolicy": {"suspend": False}}}
+    cleared = workload(("QuotaReserved", "False"), ("Evicted", "True"))
+    cleared["spec"]["active"] = False
+    plan = queued_pass(resumed, [service_of(QUEUED)], cleared)
+    assert plan.workload_active is True and plan.create == []
+    assert after(resumed, plan)["status"]["phase"] == "Queued"

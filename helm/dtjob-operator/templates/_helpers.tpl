@@ -37,11 +37,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [list, watch, create, patch, delete]
-# A queued job's Kueue Workload: created by the operator; its status patched to hand an evicted gang's
-# quota back and to mark it Finished.
+# A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended; its
+# status patched to hand an evicted gang's quota back and to mark it Finished.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [list, watch, create]
+  verbs: [list, watch, create, patch]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]

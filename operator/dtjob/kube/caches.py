@@ -232,10 +232,11 @@ def _lister(namespaced: Lister, cluster_wide: Lister, namespace: str | None) -> 
 
 
 def _workload_entry(workload: dict[str, Any]) -> tuple[JobKey, str]:
-    """A Workload as a pass reads it: its metadata and status (its podSets' templates are the pods')."""
+    """A Workload as a pass reads it: without its podSets (their templates are the pods')."""
     meta = workload["metadata"]
     job = (meta["namespace"], (meta.get("labels") or {}).get(JOB_NAME_LABEL, ""))
-    kept = {k: v for k, v in without_managed_fields(workload).items() if k != "spec"}
+    kept = without_managed_fields(workload)
+    kept["spec"] = {k: v for k, v in (workload.get("spec") or {}).items() if k != "podSets"}
     return job, compact(kept)
 
 

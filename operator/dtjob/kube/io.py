@@ -29,7 +29,7 @@ from dtjob import kueue
 from dtjob.api import GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
-from dtjob.names import JOB_NAME_LABEL
+from dtjob.names import JOB_NAME_LABEL, JobRef
 from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
 from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
@@ -310,6 +310,18 @@ def create_workload(workload: Mapping[str, Any]) -> None:
             raise
 
 
+def activate_workload(namespace: str, name: str, active: bool) -> None:
+    """Set a Workload's spec.active (false: Kueue evicts it and admits it no more; true: it queues again)."""
+    _take()
+    try:
+        custom().patch_namespaced_custom_object(
+            kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, {"spec": {"active": active}}
+        )
+    except client.ApiException as err:
+        if err.status != 404:  # gone with its job: nothing to say to Kueue
+            raise
+
+
 def patch_workload_status(namespace: str, body: Mapping[str, Any]) -> None:
     """Merge-patch a Workload's status onto the version the pass decided on; a newer or a gone Workload
     (409, 404) is left to the next pass, which sees it."""
@@ -507,6 +519,8 @@ def execute(job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None
         if done.job is None:
             done.conflict = True
             return done
+    if plan.workload_active is not None:
+        activate_workload(namespace, kueue.workload_name(JobRef.of(job)), plan.workload_active)
     if plan.workload_status is not None:
         patch_workload_status(namespace, plan.workload_status)
     for event in plan.events:
