@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from dtjob.names import ROLE_LABEL, JobRef, job_labels
+from dtjob.names import REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
 
 GROUP: Final = "kueue.x-k8s.io"
 VERSION: Final = "v1beta1"
@@ -29,6 +29,13 @@ WORKLOADS: Final = "workloads"
 RESOURCE_FLAVORS: Final = "resourceflavors"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
 PRIORITY_CLASS_LABEL: Final = f"{GROUP}/priority-class"
+# A role's topology request (Topology Aware Scheduling), as Kueue's integrations take it: an annotation
+# on the pod template naming a level of the flavor's Topology (e.g. cloud.google.com/gce-topology-block).
+TOPOLOGY_ANNOTATIONS: Final = {
+    "required": f"{GROUP}/podset-required-topology",
+    "preferred": f"{GROUP}/podset-preferred-topology",
+}
+UNCONSTRAINED_TOPOLOGY_ANNOTATION: Final = f"{GROUP}/podset-unconstrained-topology"
 # On each admitted pod, as Kueue's own integrations put them (its TAS ungater reads them).
 POD_SET_LABEL: Final = f"{GROUP}/podset"
 WORKLOAD_ANNOTATION: Final = f"{GROUP}/workload"
@@ -132,6 +139,8 @@ def render_workload(
             "count": 1,
             "template": {"metadata": template_meta, "spec": pod["spec"]},
         }
+        if (request := _topology_request(pod, ref)) is not None:
+            pod_sets[name]["topologyRequest"] = request
     spec: dict[str, Any] = {"queueName": queue, "podSets": list(pod_sets.values())}
     if priority is not None and priority.value is not None:
         spec.update(
@@ -150,6 +159,21 @@ def render_workload(
         },
         "spec": spec,
     }
+
+
+def _topology_request(pod: Mapping[str, Any], ref: JobRef) -> dict[str, Any] | None:
+    """A role's Topology Aware Scheduling request, from its template's Kueue annotations: Kueue places
+    the pods in one domain of the level named, ranks in order (by the replica-index label), and the
+    gang's roles together (one podSet group: the job)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    request: dict[str, Any] = {
+        key: annotations[a] for key, a in TOPOLOGY_ANNOTATIONS.items() if annotations.get(a)
+    }
+    if annotations.get(UNCONSTRAINED_TOPOLOGY_ANNOTATION) == "true":
+        request["unconstrained"] = True
+    if not request:
+        return None
+    return {**request, "podIndexLabel": REPLICA_INDEX_LABEL, "podSetGroupName": ref.name}
 
 
 def read(

@@ -194,6 +194,51 @@ def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
     gangs(jobs, names)
 
 
+BLOCK = "cloud.google.com/gce-topology-block"
+
+
+def test_a_topology_request_puts_the_whole_gang_in_one_block(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi,
+    core: client.CoreV1Api, namespace: str,
+) -> None:  # fmt: skip
+    apply = kueue_objects(objects)
+    topology = "dtjob-test-blocks"
+    apply("topologies", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "Topology", "metadata": {"name": topology},
+                         "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": "cloud.google.com/gce-topology-subblock"},
+                                             {"nodeLabel": "kubernetes.io/hostname"}]}})  # fmt: skip
+    apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "h100-blocks"},
+                              "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+                                       "topologyName": topology}})  # fmt: skip
+    cluster_queue = f"cq-tas-{uuid.uuid4().hex[:8]}"
+    apply("clusterqueues", {
+        "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                     {"name": "h100-blocks", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 800}]}]}]},
+    })  # fmt: skip
+    apply("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
+                          "metadata": {"name": "compact", "namespace": namespace},
+                          "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
+    try:
+        job = queued_job("compact", "compact")
+        # 10 nodes' worth: more than the smallest block (8 nodes), which Kueue would fill first otherwise.
+        job["spec"]["replicas"] = pytorch_job("compact", workers=9, master=True)["spec"]["replicas"]
+        for replica in job["spec"]["replicas"]:
+            replica["template"]["metadata"] = {"annotations": {f"{KUEUE}/podset-required-topology": BLOCK}}
+        jobs.create(job)
+        pods = jobs.wait_pods("compact", 10, phase="Running", timeout=120)
+        # Kueue was asked: on an empty fleet its TAS packs a gang anyway, so the placement alone says little.
+        workload = objects.get_namespaced_custom_object(
+            KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
+        )
+        assert [ps["topologyRequest"]["required"] for ps in workload["spec"]["podSets"]] == [BLOCK, BLOCK]
+        blocks = {core.read_node(p.spec.node_name).metadata.labels[BLOCK] for p in pods}
+        assert len(blocks) == 1, {p.metadata.name: p.spec.node_name for p in pods}
+        assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one
+    finally:
+        objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
+
+
 def test_the_kueue_examples_admit_the_example_job(
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str
 ) -> None:

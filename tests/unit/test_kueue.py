@@ -256,3 +256,30 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     plan = queued_pass(resumed, [service_of(QUEUED)], cleared)
     assert plan.workload_active is True and plan.create == []
     assert after(resumed, plan)["status"]["phase"] == "Queued"
+
+
+def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked_and_grouped() -> None:
+    replicas = [dict(r) for r in QUEUED["spec"]["replicas"]]
+    annotations = {kueue.TOPOLOGY_ANNOTATIONS["required"]: "cloud.google.com/gce-topology-block"}
+    replicas[1] = {
+        **replicas[1],
+        "template": {**replicas[1]["template"], "metadata": {"annotations": annotations}},
+    }
+    job = {**QUEUED, "spec": {**QUEUED["spec"], "replicas": replicas}}
+    plan = queued_pass(job, [], None)
+    assert plan.workload is not None
+    master, worker = plan.workload["spec"]["podSets"]
+    assert "topologyRequest" not in master
+    assert worker["topologyRequest"] == {
+        "required": "cloud.google.com/gce-topology-block",
+        "podIndexLabel": "training.dtjob.io/replica-index",
+        "podSetGroupName": "mnist",
+    }
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    admitted["status"]["admission"]["podSetAssignments"][1]["topologyAssignment"] = {
+        "levels": [],
+        "domains": [],
+    }
+    pods = {p["metadata"]["name"]: p for p in queued_pass(job, [], admitted).create}
+    assert pods["mnist-worker-0"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
+    assert "schedulingGates" not in pods["mnist-master-0"]["spec"]
