@@ -89,14 +89,19 @@ build_k8s() {
 
 # Kueue's CRDs and webhook registrations, from the same module, next to its binary (localcluster.kueue
 # applies them; the webhooks' service references become URLs there).
+# With them, the ProvisioningRequest CRD of the cluster-autoscaler API module Kueue is built against (the
+# Dynamic Workload Scheduler's API: Kueue's provisioning admission check needs it at its start).
 kueue_manifests() {
   local out dir; out=$(outdir kueue)
-  [ -f "$out/config/.complete" ] && return
-  dir=$(cd "$here/gomod/kueue" && go mod download -json sigs.k8s.io/kueue | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -f "$out/config/.complete-2" ] && return
+  moddir() { (cd "$here/gomod/kueue" && go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'); }
+  dir=$(moddir sigs.k8s.io/kueue)
   rm -rf "$out/config" && mkdir -p "$out/config/crd"
   cp "$dir"/config/components/crd/bases/*.yaml "$out/config/crd/"
   cp "$dir/config/components/webhook/manifests.yaml" "$out/config/webhooks.yaml"
-  chmod -R u+w "$out/config" && touch "$out/config/.complete"
+  cp "$(moddir k8s.io/autoscaler/cluster-autoscaler/apis)/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" \
+    "$out/config/provisioningrequests.yaml"
+  chmod -R u+w "$out/config" && touch "$out/config/.complete-2"
 }
 
 build_tool() {

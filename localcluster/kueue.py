@@ -27,6 +27,7 @@ WEBHOOK_PORT = 19443
 HEALTH_PORT = 18086
 METRICS_PORT = 18087
 GROUP = "kueue.x-k8s.io"
+PROVISIONING_REQUESTS = "provisioningrequests.autoscaling.x-k8s.io"
 # What Kueue calls the kind it leaves to an external controller: Kind.version.group.
 EXTERNAL_FRAMEWORKS = ("DistributedTrainingJob.v1alpha1.training.dtjob.io",)
 # The visibility API is an aggregated apiserver of its own; nothing here reads it.
@@ -88,9 +89,12 @@ def _kueue_kinds_only(hook: dict[str, Any]) -> bool:
 
 def start(layout: Layout, procs: Processes, kubectl: Kubectl) -> None:
     config = config_dir(layout)
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(config / "crd"))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s",
-            *(f"crd/{path.stem.split('_', 1)[1]}.{GROUP}" for path in sorted((config / "crd").glob("*.yaml"))))  # fmt: skip
+    # ProvisioningRequest (the Dynamic Workload Scheduler's API) first: Kueue sets its provisioning
+    # admission check up only if the CRD is there when it starts.
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(config / "crd"),
+            "-f", str(config / "provisioningrequests.yaml"))  # fmt: skip
+    crds = [f"crd/{path.stem.split('_', 1)[1]}.{GROUP}" for path in sorted((config / "crd").glob("*.yaml"))]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, f"crd/{PROVISIONING_REQUESTS}")
     kubectl(
         "apply",
         "-f",

@@ -216,7 +216,15 @@ def read(
         return Queueing(queue, State.ADMITTED, workload, cluster_queue, message, pod_sets, active)
     waiting = _waiting_for(queue, cluster_queue, said("QuotaReserved"), status)
     if not active:
-        waiting = "the Workload is inactive (the job is suspended, or Kueue deactivated it)"
+        rejected = [
+            f"{check.get('name')}: {check.get('message') or 'Rejected'}"
+            for check in status.get("admissionChecks") or []
+            if check.get("state") == "Rejected"
+        ]
+        waiting = "the Workload is inactive: " + (
+            f"Kueue deactivated it (admission check {'; '.join(rejected)})" if rejected
+            else said("Evicted") or "the job is suspended, or Kueue deactivated it"
+        )  # fmt: skip
     return Queueing(queue, State.PENDING, workload, cluster_queue, waiting, active=active)
 
 

@@ -209,7 +209,7 @@ def reconcile(
         apply=service,
         workload=_workload_to_create(job, gang, queueing, new, priority),
         workload_status=_workload_status(queueing, observed, new, now),
-        workload_active=_workload_active(queueing, spec),
+        workload_active=_workload_active(queueing, spec, old),
         relabel=relabel,
         delete=[delete for delete, _ in deletes] + _policy_unwanted(spec, observed),
         status=_changed(old, new),
@@ -357,11 +357,17 @@ def _workload_to_create(
     return kueue.render_workload(job, gang.job, queueing.queue, pods, priority)
 
 
-def _workload_active(queueing: kueue.Queueing | None, spec: DistributedTrainingJobSpec) -> bool | None:
+def _workload_active(
+    queueing: kueue.Queueing | None, spec: DistributedTrainingJobSpec, old: JobStatus
+) -> bool | None:
+    """False when the job is suspended; True again on its resume only, so that a Workload Kueue itself
+    deactivated (a rejected admission check, say) stays as Kueue left it."""
     if queueing is None or queueing.workload is None:
         return None
-    wanted = not spec.run_policy.suspend
-    return wanted if queueing.active != wanted else None
+    if spec.run_policy.suspend:
+        return False if queueing.active else None
+    resuming = old.is_true(ConditionType.SUSPENDED)
+    return True if resuming and not queueing.active else None
 
 
 def _workload_status(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -197,29 +198,40 @@ def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
 BLOCK = "cloud.google.com/gce-topology-block"
 
 
+def cluster_queue_active(objects: client.CustomObjectsApi, name: str) -> bool:
+    found = objects.get_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", name)
+    return any(
+        c["type"] == "Active" and c["status"] == "True" for c in found.get("status", {}).get("conditions", [])
+    )
+
+
 def test_a_topology_request_puts_the_whole_gang_in_one_block(
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi,
     core: client.CoreV1Api, namespace: str,
 ) -> None:  # fmt: skip
     apply = kueue_objects(objects)
-    topology = "dtjob-test-blocks"
+    suffix = uuid.uuid4().hex[:8]
+    topology, flavor = f"blocks-{suffix}", f"h100-blocks-{suffix}"
     apply("topologies", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "Topology", "metadata": {"name": topology},
                          "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": "cloud.google.com/gce-topology-subblock"},
                                              {"nodeLabel": "kubernetes.io/hostname"}]}})  # fmt: skip
-    apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "h100-blocks"},
+    apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor},
                               "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
                                        "topologyName": topology}})  # fmt: skip
-    cluster_queue = f"cq-tas-{uuid.uuid4().hex[:8]}"
+    cluster_queue = f"cq-tas-{suffix}"
     apply("clusterqueues", {
         "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                  "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                     {"name": "h100-blocks", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 800}]}]}]},
+                     {"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 800}]}]}]},
     })  # fmt: skip
     apply("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
                           "metadata": {"name": "compact", "namespace": namespace},
                           "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
     try:
+        # A ClusterQueue is Active once Kueue has its flavors and their Topology in hand; a gang admitted
+        # before that got an empty topology assignment and stayed gated (seen once in a full run).
+        wait_for(lambda: cluster_queue_active(objects, cluster_queue), f"ClusterQueue {cluster_queue} Active")
         job = queued_job("compact", "compact")
         # 10 nodes' worth: more than the smallest block (8 nodes), which Kueue would fill first otherwise.
         job["spec"]["replicas"] = pytorch_job("compact", workers=9, master=True)["spec"]["replicas"]
@@ -237,6 +249,98 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one
     finally:
         objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
+
+
+PROVISIONING = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+CONSUMES = "autoscaling.x-k8s.io/consume-provisioning-request"
+
+
+@pytest.fixture
+def dws_queue(
+    kueue_cluster: Cluster, crd: dict[str, Any], objects: client.CustomObjectsApi, namespace: str
+) -> Iterator[str]:
+    """A LocalQueue whose ClusterQueue has the provisioning admission check (GKE's Dynamic Workload
+    Scheduler class; the test plays the provisioner). One retry after a failure, a second apart."""
+    apply = kueue_objects(objects)
+    suffix = uuid.uuid4().hex[:8]
+    config, check, cluster_queue = f"dws-{suffix}", f"dws-prov-{suffix}", f"cq-dws-{suffix}"
+    apply("provisioningrequestconfigs", {
+        "apiVersion": f"{KUEUE}/v1beta1", "kind": "ProvisioningRequestConfig", "metadata": {"name": config},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": ["nvidia.com/gpu"],
+                 "retryStrategy": {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 2}},
+    })  # fmt: skip
+    apply("admissionchecks", {
+        "apiVersion": f"{KUEUE}/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": check},
+        "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request",
+                 "parameters": {"apiGroup": KUEUE, "kind": "ProvisioningRequestConfig", "name": config}},
+    })  # fmt: skip
+    apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
+                              "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}})  # fmt: skip
+    apply("clusterqueues", {
+        "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                 "admissionChecks": [check],
+                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                     {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 800}]}]}]},
+    })  # fmt: skip
+    apply("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
+                          "metadata": {"name": "dws", "namespace": namespace},
+                          "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
+    yield check
+    objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
+    objects.delete_cluster_custom_object(KUEUE, "v1beta1", "admissionchecks", check)
+
+
+def provisioning_request(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = objects.get_namespaced_custom_object(
+        *PROVISIONING[:2], namespace, PROVISIONING[2], name
+    )
+    return found
+
+
+def provisioner_says(objects: client.CustomObjectsApi, namespace: str, name: str, type_: str) -> None:
+    """What a cluster autoscaler would write on the ProvisioningRequest: Provisioned or Failed."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": type_, "status": "True", "reason": type_, "message": f"the test says {type_}",
+                 "lastTransitionTime": now}  # fmt: skip
+    objects.patch_namespaced_custom_object_status(
+        *PROVISIONING[:2], namespace, PROVISIONING[2], name, {"status": {"conditions": [condition]}}
+    )
+
+
+def test_the_provisioning_check_holds_the_gang_until_capacity_is_provisioned(
+    operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str, dws_queue: str
+) -> None:
+    jobs.create(queued_job("dws", "dws"))
+    request = f"dtjob-dws-{dws_queue}-1"
+    wait_for(lambda: provisioning_request(objects, namespace, request), f"ProvisioningRequest {request}")
+    wait_for(lambda: f"{dws_queue}: Pending" in (jobs.condition("dws", "Queued") or {}).get("message", ""),
+             "the job Queued on the pending check")  # fmt: skip
+    assert jobs.pods("dws") == []
+    provisioner_says(objects, namespace, request, "Provisioned")
+    pods = jobs.wait_pods("dws", 2, phase="Running", timeout=90)
+    for pod in pods:  # the check's podSetUpdates: the pods consume the capacity provisioned for them
+        assert pod.metadata.annotations[CONSUMES] == request
+        assert (
+            pod.metadata.annotations["autoscaling.x-k8s.io/provisioning-class-name"]
+            == "queued-provisioning.gke.io"
+        )
+
+
+def test_a_failed_provisioning_is_retried_as_kueue_says_and_never_charged_to_the_job(
+    operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str, dws_queue: str
+) -> None:
+    jobs.create(queued_job("retry", "dws"))
+    first, second = (f"dtjob-retry-{dws_queue}-{n}" for n in (1, 2))
+    wait_for(lambda: provisioning_request(objects, namespace, first), f"ProvisioningRequest {first}")
+    provisioner_says(objects, namespace, first, "Failed")
+    wait_for(lambda: provisioning_request(objects, namespace, second), f"the retry, {second}", timeout=60)
+    status = jobs.get("retry")["status"]
+    assert status["phase"] == "Queued" and status["restarts"]["total"] == 0 and jobs.pods("retry") == []
+    provisioner_says(objects, namespace, second, "Provisioned")
+    pods = jobs.wait_pods("retry", 2, phase="Running", timeout=90)
+    assert {p.metadata.annotations[CONSUMES] for p in pods} == {second}
+    assert jobs.get("retry")["status"]["restarts"] == {"failures": 0, "preemptions": 0, "total": 0}
 
 
 def test_the_kueue_examples_admit_the_example_job(

@@ -283,3 +283,15 @@ def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked_and_gro
     pods = {p["metadata"]["name"]: p for p in queued_pass(job, [], admitted).create}
     assert pods["mnist-worker-0"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
     assert "schedulingGates" not in pods["mnist-master-0"]["spec"]
+
+
+def test_a_workload_kueue_deactivated_stays_inactive_and_the_job_says_why() -> None:
+    rejected = workload(
+        ("QuotaReserved", "False"),
+        admissionChecks=[{"name": "dws-prov", "state": "Rejected", "message": "no capacity in us-central1"}],
+    )
+    rejected["spec"]["active"] = False
+    plan = queued_pass(QUEUED, [], rejected)
+    assert plan.workload_active is None and plan.create == []
+    message = condition(after(QUEUED, plan), "Queued")["message"]
+    assert "Kueue deactivated it (admission check dws-prov: no capacity in us-central1)" in message

@@ -510,6 +510,8 @@ def execute(job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None
             done.created = create_pods(plan.create)
     for drifted in plan.relabel:
         relabel(namespace, drifted)
+    if plan.workload_active is not None:  # before the status: a resume is recorded once Kueue was told
+        activate_workload(namespace, kueue.workload_name(JobRef.of(job)), plan.workload_active)
     if plan.status is not None:
         try:
             done.job = patch_status(job, plan.status)
@@ -519,8 +521,6 @@ def execute(job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None
         if done.job is None:
             done.conflict = True
             return done
-    if plan.workload_active is not None:
-        activate_workload(namespace, kueue.workload_name(JobRef.of(job)), plan.workload_active)
     if plan.workload_status is not None:
         patch_workload_status(namespace, plan.workload_status)
     for event in plan.events:
