@@ -21,7 +21,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from dtjob.names import ATTEMPT_LABEL
-from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION, watching_namespace
+from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION
 
 CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"
 POLL_SECONDS = 0.02
@@ -90,7 +90,7 @@ def operator_namespace(prefix: str) -> Iterator[Namespace]:
     namespace = Namespace(core, client.CustomObjectsApi(api), name)
     try:
         args = ["run", "--standalone", "--namespace", name, "-m", "dtjob.handlers"]
-        with watching_namespace(name), KopfRunner(args, timeout=60):
+        with KopfRunner(args, timeout=60):  # `--namespace` names what its readers watch
             try:
                 yield namespace
             finally:
