@@ -4,9 +4,14 @@ higher-priority job preempts a lower one, whose restart is a preemption that wai
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,6 +178,91 @@ def test_a_higher_priority_job_preempts_a_lower_one_whose_restart_is_a_preemptio
     assert jobs.get(victims[0])["status"]["restarts"]["preemptions"] == 1  # counted once
 
 
+@contextlib.contextmanager
+def operator_process(namespace: str, log_dir: Path) -> Iterator[Callable[[], None]]:
+    """`dtjob run` in processes of its own; yields `crash`: SIGKILL the running one, start the next."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("DTJOB_METRICS_PORT", None)
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        with (log_dir / f"operator-{len(processes)}.log").open("w") as log:
+            processes.append(subprocess.Popen([sys.executable, "-m", "dtjob.cli", "run", "--namespace", namespace],
+                                              cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+
+    def crash() -> None:
+        processes[-1].kill()
+        processes[-1].wait()
+        start()
+
+    start()
+    try:
+        yield crash
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def workload_condition(objects: client.CustomObjectsApi, namespace: str, job: str, type_: str) -> bool:
+    with contextlib.suppress(client.ApiException):
+        found = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{job}")
+        return any(
+            c["type"] == type_ and c["status"] == "True"
+            for c in found.get("status", {}).get("conditions", [])
+        )
+    return False
+
+
+def test_an_operator_killed_during_admission_and_during_eviction_duplicates_nothing_and_counts_once(
+    kueue_cluster: Cluster, crd: dict[str, Any], jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    apply = kueue_objects(objects)
+    for name, value in (("dtjob-test-low", 10), ("dtjob-test-high", 1000)):
+        apply("workloadpriorityclasses", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "WorkloadPriorityClass",
+                                          "metadata": {"name": name}, "value": value})  # fmt: skip
+    low = [f"low{i}" for i in range(3)]
+
+    def at_most_a_gang() -> None:
+        for name in [*low, "urgent"]:
+            assert len(jobs.pods(name)) <= 2, f"{name}: {[p.metadata.name for p in jobs.pods(name)]}"
+
+    with operator_process(namespace, tmp_path) as crash:
+        for name in low:
+            jobs.create(queued_job(name, queue, "dtjob-test-low"))
+        # Killed the moment Kueue admits a gang: its pods are about to be created, or partly are.
+        wait_for(lambda: any(workload_condition(objects, namespace, n, "Admitted") for n in low),
+                 "a gang admitted", interval=0.02)  # fmt: skip
+        crash()
+        for name in low:
+            jobs.wait_pods(name, 2, phase="Running", timeout=90)
+            at_most_a_gang()
+        first_pods = {name: {p.metadata.uid for p in jobs.pods(name)} for name in low}
+        assert all(
+            jobs.get(n)["status"]["restarts"]["total"] == 0 and jobs.get(n)["status"]["attempt"] == 1
+            for n in low
+        )
+
+        jobs.create(queued_job("urgent", queue, "dtjob-test-high"))
+        # Killed the moment Kueue evicts a victim: its gang is to go and its restart to be counted.
+        wait_for(lambda: any(workload_condition(objects, namespace, n, "Evicted") for n in low),
+                 "a low job evicted", interval=0.02)  # fmt: skip
+        crash()
+        jobs.wait_pods("urgent", 2, phase="Running", timeout=90)
+        at_most_a_gang()
+        victims = [n for n in low if jobs.get(n)["status"]["restarts"]["total"]]
+        assert len(victims) == 1, {n: jobs.get(n)["status"]["restarts"] for n in low}
+        assert jobs.get(victims[0])["status"]["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+        for name in low:
+            if name != victims[0]:
+                assert {p.metadata.uid for p in jobs.pods(name)} == first_pods[name]
+        sim.exit_pod(jobs.core, namespace, "urgent-master-0", exit_code=0)
+        pods = jobs.wait_pods(victims[0], 2, phase="Running", timeout=90)
+        assert {p.metadata.labels["training.dtjob.io/attempt"] for p in pods} == {"2"}
+        assert jobs.get(victims[0])["status"]["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+
+
 def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str, queue: str
 ) -> None:
@@ -234,16 +324,27 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         wait_for(lambda: cluster_queue_active(objects, cluster_queue), f"ClusterQueue {cluster_queue} Active")
         job = queued_job("compact", "compact")
         # 10 nodes' worth: more than the smallest block (8 nodes), which Kueue would fill first otherwise.
-        job["spec"]["replicas"] = pytorch_job("compact", workers=9, master=True)["spec"]["replicas"]
+        # One role: each role is placed on its own (see docs/kueue.md for why not as a group).
+        job["spec"]["replicas"] = pytorch_job("compact", workers=10)["spec"]["replicas"]
         for replica in job["spec"]["replicas"]:
             replica["template"]["metadata"] = {"annotations": {f"{KUEUE}/podset-required-topology": BLOCK}}
         jobs.create(job)
-        pods = jobs.wait_pods("compact", 10, phase="Running", timeout=120)
+        try:
+            pods = jobs.wait_pods("compact", 10, phase="Running", timeout=120)
+        except AssertionError as timed_out:
+            workload = objects.get_namespaced_custom_object(
+                KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
+            )
+            gated = {p.metadata.name: (p.spec.node_selector, p.spec.scheduling_gates, p.status.conditions)
+                     for p in jobs.pods("compact")}  # fmt: skip
+            raise AssertionError(
+                f"{timed_out}\nworkload status: {workload.get('status')}\npods: {gated}"
+            ) from None
         # Kueue was asked: on an empty fleet its TAS packs a gang anyway, so the placement alone says little.
         workload = objects.get_namespaced_custom_object(
             KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
         )
-        assert [ps["topologyRequest"]["required"] for ps in workload["spec"]["podSets"]] == [BLOCK, BLOCK]
+        assert [ps["topologyRequest"]["required"] for ps in workload["spec"]["podSets"]] == [BLOCK]
         blocks = {core.read_node(p.spec.node_name).metadata.labels[BLOCK] for p in pods}
         assert len(blocks) == 1, {p.metadata.name: p.spec.node_name for p in pods}
         assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one

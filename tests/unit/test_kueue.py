@@ -258,7 +258,7 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     assert after(resumed, plan)["status"]["phase"] == "Queued"
 
 
-def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked_and_grouped() -> None:
+def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked() -> None:
     replicas = [dict(r) for r in QUEUED["spec"]["replicas"]]
     annotations = {kueue.TOPOLOGY_ANNOTATIONS["required"]: "cloud.google.com/gce-topology-block"}
     replicas[1] = {
@@ -273,7 +273,6 @@ def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked_and_gro
     assert worker["topologyRequest"] == {
         "required": "cloud.google.com/gce-topology-block",
         "podIndexLabel": "training.dtjob.io/replica-index",
-        "podSetGroupName": "mnist",
     }
     admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
     admitted["status"]["admission"]["podSetAssignments"][1]["topologyAssignment"] = {
