@@ -338,7 +338,8 @@ async def reconcile_once(
     workloads = [
         w for w in (json.loads(w) for w in caches.workloads.of(key)) if owned_by(w, job["metadata"]["uid"])
     ]
-    queue = Queue(workloads[0] if workloads else None, dict(caches.flavors), runtime.kueue_served)
+    routes = dict(caches.routes.get(key[0], {}))
+    queue = Queue(workloads[0] if workloads else None, dict(caches.flavors), runtime.kueue_served, routes)
     known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
@@ -409,6 +410,8 @@ class Queue:
     workload: dict[str, Any] | None
     flavors: dict[str, dict[str, Any]]
     served: bool
+    routes: dict[str, str]
+    """The ClusterQueue of each LocalQueue in the job's namespace."""
 
 
 PassOutcome = tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]
@@ -447,7 +450,7 @@ def _pass_in_slot(
     nodes += _unknown_nodes_of(lagging, nodes)
     decide = functools.partial(
         reconcile, daemon_images=config.daemon_images, workload=queue.workload, flavors=queue.flavors,
-        kueue_served=queue.served,
+        kueue_served=queue.served, routes=queue.routes if queue.served else None,
     )  # fmt: skip
     read: dict[str, Any] = {}  # what a plan asked the pass to read first, once each
     plan = decide(job, children, now, nodes)

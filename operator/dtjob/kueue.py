@@ -27,6 +27,7 @@ GROUP: Final = "kueue.x-k8s.io"
 VERSION: Final = "v1beta1"
 WORKLOADS: Final = "workloads"
 RESOURCE_FLAVORS: Final = "resourceflavors"
+LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
 PRIORITY_CLASS_LABEL: Final = f"{GROUP}/priority-class"
 # A role's topology request (Topology Aware Scheduling), as Kueue's integrations take it: an annotation
@@ -182,17 +183,21 @@ def read(
     workload: Mapping[str, Any] | None,
     flavors: Mapping[str, Mapping[str, Any]],
     served: bool = True,
+    routes: Mapping[str, str] | None = None,
 ) -> Queueing:
     """Where Kueue stands with a queued job's Workload; `flavors`: the ResourceFlavors by name; `served`:
-    whether the operator found Kueue's API when it started (a queued job never runs around Kueue)."""
+    whether the operator found Kueue's API when it started (a queued job never runs around Kueue);
+    `routes`: the ClusterQueue of each LocalQueue of the job's namespace, when read (a name missing:
+    no such LocalQueue)."""
     if not served:
         message = (
             f"the job names LocalQueue {queue}, but the operator found no Kueue API ({GROUP}/{VERSION} "
             "Workloads) when it started: install Kueue, then restart the operator"
         )
         return Queueing(queue, State.PENDING, message=message)
+    where = _where(queue, routes)
     if workload is None:
-        return Queueing(queue, State.MISSING, message=f"creating its Workload in LocalQueue {queue}")
+        return Queueing(queue, State.MISSING, message=f"creating its Workload in {where}")
     status = workload.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     admission = status.get("admission")
@@ -215,7 +220,7 @@ def read(
             return Queueing(queue, State.PENDING, workload, cluster_queue, problem, active=active)
         message = f"admitted by ClusterQueue {cluster_queue}"
         return Queueing(queue, State.ADMITTED, workload, cluster_queue, message, pod_sets, active)
-    waiting = _waiting_for(queue, cluster_queue, said("QuotaReserved"), status)
+    waiting = _waiting_for(where, cluster_queue, said("QuotaReserved"), status)
     if not active:
         rejected = [
             f"{check.get('name')}: {check.get('message') or 'Rejected'}"
@@ -229,9 +234,18 @@ def read(
     return Queueing(queue, State.PENDING, workload, cluster_queue, waiting, active=active)
 
 
-def _waiting_for(queue: str, cluster_queue: str | None, quota_message: str, status: Mapping[str, Any]) -> str:
+def _where(queue: str, routes: Mapping[str, str] | None) -> str:
+    """The LocalQueue and, once read, the ClusterQueue it hands its Workloads to (the one whose quota counts)."""
+    if routes is None:
+        return f"LocalQueue {queue}"
+    if queue not in routes:
+        return f"LocalQueue {queue} (no such LocalQueue in the job's namespace)"
+    return f"LocalQueue {queue} (ClusterQueue {routes[queue]})"
+
+
+def _waiting_for(where: str, cluster_queue: str | None, quota_message: str, status: Mapping[str, Any]) -> str:
     if cluster_queue is None:
-        return f"waiting in LocalQueue {queue} for quota" + (f": {quota_message}" if quota_message else "")
+        return f"waiting in {where} for quota" + (f": {quota_message}" if quota_message else "")
     checks = [
         f"{check.get('name')}: {check.get('state')}"
         + (f" ({check['message']})" if check.get("message") else "")

@@ -152,13 +152,15 @@ def reconcile(
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
     kueue_served: bool = True,
     priority: kueue.Priority | None = None,
+    routes: Mapping[str, str] | None = None,
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
     objects, when a Plan asked for them (read_networks). `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
-    the priority class the job names, read when a Plan asked for it (read_priority)."""
+    the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
+    ClusterQueue of each LocalQueue in the job's namespace, as read (see kueue.read)."""
     ref = JobRef.of(job)
     generation = job["metadata"].get("generation")
     old = read_status(job.get("status"))
@@ -182,7 +184,7 @@ def reconcile(
     gang = Gang.of(ref, spec, old.attempt, network, daemon_images)
     observed = observe(children, now, nodes)
     queue = kueue.queue_of(job)
-    queueing = kueue.read(queue, workload, flavors or {}, kueue_served) if queue else None
+    queueing = kueue.read(queue, workload, flavors or {}, kueue_served, routes) if queue else None
     if _pods_refused(old, generation):
         live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
         return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live])

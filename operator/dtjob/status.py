@@ -110,9 +110,11 @@ def next_status(
     start_time, completion_time = old.start_time, old.completion_time
     still_suspended = action == Action.SUSPEND and holding == ConditionType.SUSPENDED
     resumed = old.is_true(ConditionType.SUSPENDED) and not still_suspended
-    if action == Action.SUSPEND and not old.is_true(holding) and old.created_attempt == attempt:
+    started = old.created_attempt == attempt or bool(observed.of_attempt(attempt))
+    if action == Action.SUSPEND and not old.is_true(holding) and started:
         # Suspending ends the attempt: its pods, deleted now, are stale ones to wait for on resume, not
         # lost members of the resumed gang, which starts afresh (from the checkpoint) as the next attempt.
+        # Its pods count as its start too: a leader taken away after creating them never recorded it.
         attempt += 1
 
     if action == Action.RESTART_GANG:

@@ -113,6 +113,7 @@ def test_a_quota_for_three_gangs_runs_three_of_five_and_finishing_one_admits_the
     names = [f"q{i}" for i in range(5)]
     for name in names:
         jobs.create(queued_job(name, queue))
+    jobs.create(queued_job("astray", "no-such-queue"))
 
     def settled() -> dict[str, tuple[int, str | None]] | None:
         seen = gangs(jobs, names)
@@ -123,7 +124,10 @@ def test_a_quota_for_three_gangs_runs_three_of_five_and_finishing_one_admits_the
     waiting = [name for name, (_, phase) in seen.items() if phase == "Queued"]
     for name in waiting:
         message = jobs.condition(name, "Queued")["message"]
-        assert f"LocalQueue {queue}" in message and "quota" in message, message
+        assert f"LocalQueue {queue} (ClusterQueue cq-" in message and "quota" in message, message
+    astray = jobs.condition("astray", "Queued")["message"]
+    assert "LocalQueue no-such-queue (no such LocalQueue in the job's namespace)" in astray, astray
+    assert jobs.pods("astray") == []
     running = [name for name, (_, phase) in seen.items() if phase == "Running"]
     assert "ClusterQueue cq-" in jobs.condition(running[0], "Admitted")["message"]
     for pod in jobs.pods(running[0]):

@@ -87,6 +87,17 @@ def test_a_workload_waiting_for_quota_keeps_the_job_queued_with_kueues_reason() 
     assert "QuotaReserved is False" in condition(job, "Queued")["message"]
 
 
+def test_a_waiting_job_names_the_cluster_queue_its_local_queue_hands_it_to_or_that_there_is_none() -> None:
+    job = after(QUEUED, queued_pass(QUEUED, [], None))
+    waiting = workload(("QuotaReserved", "False"))
+    routed = reconcile(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"team-a-gpus": "h100-pool"})
+    message = condition(after(job, routed), "Queued")["message"]
+    assert message.startswith("waiting in LocalQueue team-a-gpus (ClusterQueue h100-pool) for quota"), message
+    astray = reconcile(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"other": "h100-pool"})
+    message = condition(after(job, astray), "Queued")["message"]
+    assert "LocalQueue team-a-gpus (no such LocalQueue in the job's namespace)" in message, message
+
+
 def test_quota_reserved_but_a_check_pending_is_still_queued_and_names_the_check() -> None:
     pending_check = workload(
         ("QuotaReserved", "True"), admission=True,

@@ -417,6 +417,21 @@ def test_suspending_ends_the_attempt_so_the_resumed_gang_waits_for_the_old_pods(
     assert plan.status is not None and plan.status["restarts"]["total"] == 0
 
 
+def test_suspending_ends_the_attempt_even_when_its_creation_was_never_recorded() -> None:
+    # A leader taken away between creating the pods and writing the status leaves no createdAttempt; a
+    # suspension seen first by its successor still ends attempt 1 (CI flake: the gang resumed as attempt 1).
+    job = {
+        **JOB,
+        "spec": {**JOB["spec"], "runPolicy": {"suspend": True}},
+        "status": {"attempt": 1, "conditions": []},
+    }
+    plan = reconcile(job, [running(p) for p in pods_of(JOB).values()], NOW)
+    assert plan.status is not None and plan.status["attempt"] == 2 and deleted(plan) == NAMES
+    # A job suspended before any pod of it existed has no attempt to end.
+    never_started = reconcile({**job, "status": {"attempt": 1, "conditions": []}}, [], NOW)
+    assert never_started.status is not None and never_started.status["attempt"] == 1
+
+
 def test_pods_of_another_attempt_are_deleted_and_never_reapplied() -> None:
     job = {**JOB, "status": {"attempt": 2, "conditions": []}}
     stale = [running(p) for p in pods_of(JOB, attempt=1).values()]

@@ -45,4 +45,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]
+# The ClusterQueue each LocalQueue hands its Workloads to: named in a queued job's Queued condition.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [list, watch]
 {{- end -}}

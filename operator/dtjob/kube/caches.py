@@ -104,7 +104,8 @@ class Caches:
         on_node_trouble: Callable[[str], object],
         kueue_served: bool = False,
     ) -> None:
-        """`kueue_served`: Kueue's API is there, so the job's Workloads and the ResourceFlavors are read."""
+        """`kueue_served`: Kueue's API is there, so the jobs' Workloads, the LocalQueues and the
+        ResourceFlavors are read."""
         self._on_job, self._on_children, self._on_pod = on_job, on_children, on_pod
         self._on_node_trouble = on_node_trouble
         self.pods: Grouped[JobKey, str] = Grouped()
@@ -113,6 +114,8 @@ class Caches:
         self.network_policies: Grouped[JobKey, str] = Grouped()
         self.workloads: Grouped[JobKey, str] = Grouped()
         self.flavors: dict[str, dict[str, Any]] = {}
+        self.routes: dict[str, dict[str, str]] = {}
+        """By namespace, the ClusterQueue of each LocalQueue: named in a queued job's status."""
         self.nodes: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -133,8 +136,10 @@ class Caches:
                  networking().list_network_policy_for_all_namespaces, ns), _child_entry, self._policy, owned),
             ]  # fmt: skip
             if kueue_served:
-                readers.append((f"workloads{where}", _kueue_lister(kueue.WORKLOADS, ns), _workload_entry,
-                                self._workload, owned))  # fmt: skip
+                readers += [
+                    (f"workloads{where}", _kueue_lister(kueue.WORKLOADS, ns), _workload_entry, self._workload, owned),
+                    (f"localqueues{where}", _kueue_lister(kueue.LOCAL_QUEUES, ns), _route, self._route, None),
+                ]  # fmt: skip
         if kueue_served:
             readers.append(("resourceflavors", _kueue_lister(kueue.RESOURCE_FLAVORS, None),
                             without_managed_fields, self._flavor, None))  # fmt: skip
@@ -202,6 +207,15 @@ class Caches:
         else:
             self.flavors[name] = flavor
 
+    def _route(self, key: str, cluster_queue: str | None) -> None:
+        namespace, name = key.split("/", 1)
+        if cluster_queue is not None:
+            self.routes.setdefault(namespace, {})[name] = cluster_queue
+        elif (queues := self.routes.get(namespace)) is not None:
+            queues.pop(name, None)
+            if not queues:
+                del self.routes[namespace]
+
     def _child(self, index: Grouped[JobKey, str], key: str, entry: tuple[JobKey, str] | None) -> None:
         """An edited or deleted Service or NetworkPolicy wakes its job, whose pass puts it back."""
         job = index.remove(key)
@@ -238,6 +252,10 @@ def _workload_entry(workload: dict[str, Any]) -> tuple[JobKey, str]:
     kept = without_managed_fields(workload)
     kept["spec"] = {k: v for k, v in (workload.get("spec") or {}).items() if k != "podSets"}
     return job, compact(kept)
+
+
+def _route(local_queue: dict[str, Any]) -> str:
+    return str((local_queue.get("spec") or {}).get("clusterQueue") or "")
 
 
 def _kueue_lister(plural: str, namespace: str | None) -> Lister:
