@@ -39,7 +39,7 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -49,7 +49,7 @@ import click
 import kopf
 
 from dtjob import metrics
-from dtjob.kube import io, leader
+from dtjob.kube import io, leader, schema
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
 from dtjob.plan import Event, Plan, reconcile, refused_pods
@@ -75,6 +75,7 @@ PASS_THREADS_A_SLOT: Final = 4
 LOOP_RESTART_SECONDS: Final = 1.0
 # On shutdown, how long the passes under way may take to end before the Lease is released anyway.
 SHUTDOWN_GRACE_SECONDS: Final = 15.0
+SCHEMA_RECHECK_SECONDS: Final = 15.0
 
 log = logging.getLogger(__name__)
 Created = dict[str, tuple[datetime, dict[str, Any]]]
@@ -115,6 +116,9 @@ class Runtime:
     election: asyncio.Task[None] | None = None
     caches: Caches | None = None
     kueue_served: bool = False
+    refusal: str | None = None
+    """Why the operator does not act on jobs yet (a CRD older than its own it may not upgrade)."""
+    schema_watch: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
@@ -176,7 +180,35 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         if job := runtime.jobs.get(key):
             job.created.pop(uid, None)  # the watch has it now
 
+    if (refusal := await asyncio.to_thread(schema.refusal, config.manage_crd)) is None:
+        await _start_reading(runtime, wake_jobs_on, pod_seen)
+    else:
+        runtime.refusal = refusal
+        log.error("not acting on any job: %s", refusal)
+        runtime.schema_watch = asyncio.create_task(
+            _read_once_the_schema_is_current(runtime, wake_jobs_on, pod_seen), name="CRD schema"
+        )
+
+
+async def _read_once_the_schema_is_current(runtime: Runtime, *callbacks: Callable[..., None]) -> None:
+    """Look again now and then: an admin who upgrades the CRD need not restart the operator."""
+    while True:
+        await asyncio.sleep(SCHEMA_RECHECK_SECONDS)
+        try:
+            runtime.refusal = await asyncio.to_thread(schema.refusal, runtime.config.manage_crd)
+            if runtime.refusal is None:
+                log.info("the CRD is current now: acting on jobs")
+                await _start_reading(runtime, *callbacks)
+                return
+        except Exception as err:  # an apiserver away: look again later, never give up
+            log.warning("could not check the CRD or start reading: %s", err)
+
+
+async def _start_reading(
+    runtime: Runtime, wake_jobs_on: Callable[[str], None], pod_seen: Callable[[JobKey, str], None]
+) -> None:
     # Kueue is looked for once: installed later, it takes an operator restart (docs/kueue.md).
+    config = runtime.config
     runtime.kueue_served = config.kueue and await asyncio.to_thread(io.kueue_served)
     log.info(
         "Kueue's API is %s",
@@ -197,6 +229,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 def readers_listing(memo: kopf.Memo, **_: Any) -> str:
     """The health endpoint fails while a reader cannot list (RBAC, the apiserver away for a while)."""
     runtime = _runtime(memo)
+    if runtime.refusal is not None:
+        raise kopf.PermanentError(runtime.refusal)
     if runtime.caches is None:
         return "starting"
     if trouble := runtime.caches.trouble():
@@ -226,6 +260,8 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
+    if runtime.schema_watch is not None:
+        runtime.schema_watch.cancel()
     if runtime.caches is not None:
         runtime.caches.stop()
 

@@ -37,6 +37,8 @@ class OperatorSettings:
     """The namespaces whose jobs (and their pods) the operator reads; none: every namespace."""
     kueue: bool = True
     """Whether to look for Kueue's API at start-up and, if served, admit queued jobs through it."""
+    manage_crd: bool = True
+    """Whether to upgrade an older DistributedTrainingJob CRD at start-up (docs/operations.md)."""
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
@@ -68,6 +70,7 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         },
         namespaces=tuple(ns for ns in env.get(NAMESPACES_VARIABLE, "").split(",") if ns),
         kueue=_switch(env, "DTJOB_KUEUE", default=True),
+        manage_crd=_switch(env, "DTJOB_MANAGE_CRD", default=True),
     )
 
 

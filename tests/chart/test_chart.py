@@ -235,6 +235,8 @@ USED: dict[tuple[str, str, str], str] = {
     ("kueue.x-k8s.io", "workloads", "create"): ".create_namespaced_custom_object(",
     ("kueue.x-k8s.io", "workloads", "patch"): 'kueue.WORKLOADS, name, {"spec"',  # active while not suspended
     ("kueue.x-k8s.io", "workloads/status", "patch"): "kueue.WORKLOADS, body[",  # quota back; Finished
+    ("apiextensions.k8s.io", "customresourcedefinitions", "get"): ".read_custom_resource_definition(",
+    ("apiextensions.k8s.io", "customresourcedefinitions", "patch"): ".patch_custom_resource_definition(",
     ("kueue.x-k8s.io", "localqueues", "list"): "_kueue_lister(kueue.LOCAL_QUEUES",  # the ClusterQueue named
     ("kueue.x-k8s.io", "localqueues", "watch"): "_kueue_lister(kueue.LOCAL_QUEUES",
     ("kueue.x-k8s.io", "resourceflavors", "list"): "_kueue_lister(kueue.RESOURCE_FLAVORS",

@@ -80,8 +80,10 @@ def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -
         pytest.param({}, OperatorSettings(), id="defaults when nothing is set"),
         pytest.param(
             {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080",
-             "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2", "DTJOB_KUEUE": "false"},
+             "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2", "DTJOB_KUEUE": "false",
+             "DTJOB_MANAGE_CRD": "false"},
             OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080, kueue=False,
+                             manage_crd=False,
                              daemon_images={NcclProfileName.GPUDIRECT_TCPX: "r/tcpx:1", NcclProfileName.GPUDIRECT_TCPXO: "r/tcpxo:2"}),
             id="every setting from its variable",
         ),

@@ -26,7 +26,7 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from dtjob import kueue
-from dtjob.api import GROUP, KIND, PLURAL, VERSION
+from dtjob.api import CRD_NAME, GROUP, KIND, PLURAL, VERSION
 from dtjob.kube.client import api_client, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
 from dtjob.names import JOB_NAME_LABEL, JobRef
@@ -266,6 +266,28 @@ def delete(namespace: str, op: Delete) -> None:
     except client.ApiException as err:
         if err.status not in (404, 409):  # 409: the uid precondition failed, a new object took the name
             raise
+
+
+def read_crd() -> dict[str, Any] | None:
+    """The installed DistributedTrainingJob CRD; None when there is none."""
+    _take(write=False)
+    api = client.ApiextensionsV1Api(api_client())
+    try:
+        answer: Any = api.read_custom_resource_definition(CRD_NAME, _preload_content=False)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return cast(dict[str, Any], json.loads(answer.data))
+
+
+def apply_crd(definition: Mapping[str, Any]) -> None:
+    """Server-side apply of this operator's CRD (RBAC allows it on this one CRD by name only). Not fenced:
+    the CRD is no job's, and a new release's replicas start as standbys while the old leader runs."""
+    _take(write=False)
+    client.ApiextensionsV1Api(api_client()).patch_custom_resource_definition(
+        CRD_NAME, dict(definition), field_manager=FIELD_MANAGER, force=True, _content_type=APPLY_CONTENT_TYPE
+    )
 
 
 def kueue_served() -> bool:
