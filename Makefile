@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TIER ?= C
 ADDONS ?=
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd test test-unit demo
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -43,6 +43,10 @@ lint: venv ## ruff, mypy --strict, import contracts, generated files up to date
 crd: venv ## Regenerate crds/ from the API models, and the chart's copy
 	$(VENV)/bin/dtjob crd
 	cp crds/*.yaml helm/dtjob-operator/crds/
+
+chart-package: venv build ## The chart as a release archive: .artifacts/dtjob-operator-VERSION.tgz (docs/operations.md)
+	$$($(PY) -c 'from localcluster.layout import Layout; print(Layout.from_env().binary("helm"))') \
+		package helm/dtjob-operator --destination .artifacts
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q

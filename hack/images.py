@@ -1,19 +1,21 @@
 """The project's container images, built with buildah into the local cluster's containerd.
 
-Each image is tagged with a fixed version (what examples/ and the chart reference) and rebuilt only when
-the hash of its inputs changes; the hash is kept in a stamp file in the image cache.
+Each image is tagged with its package's version (what examples/ and the chart reference): the operator's
+is the release's (pyproject.toml, the chart's appVersion: CHANGELOG.md), the trainers' the trainer
+runtime's. An image is rebuilt only when the hash of its inputs changes; the hash is kept in a stamp
+file in the image cache.
 """
 
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
-VERSION = "0.1.0"
 SKIPPED = ("__pycache__", ".egg-info", ".pytest_cache", ".mypy_cache")
 
 
@@ -22,10 +24,15 @@ class Image:
     name: str
     dockerfile: str  # relative to the repo root, which is the build context (.dockerignore applies)
     inputs: tuple[str, ...]  # files and folders whose content decides the tag
+    package: str  # the pyproject.toml whose version is the tag
+
+    @property
+    def version(self) -> str:
+        return str(tomllib.loads((REPO / self.package).read_text())["project"]["version"])
 
     @property
     def ref(self) -> str:
-        return f"localhost/{self.name}:{VERSION}"
+        return f"localhost/{self.name}:{self.version}"
 
     def digest(self) -> str:
         h = hashlib.sha256()
@@ -37,15 +44,25 @@ class Image:
         return h.hexdigest()[:16]
 
 
-OPERATOR = Image("dtjob-operator", "operator/Dockerfile", ("pyproject.toml", "README.md", "operator/dtjob"))
+OPERATOR = Image(
+    "dtjob-operator",
+    "operator/Dockerfile",
+    ("pyproject.toml", "README.md", "operator/dtjob"),
+    "pyproject.toml",
+)
 _TRAINER_INPUTS = ("trainer-images/runtime", "trainer-images/examples")
+_TRAINER_PACKAGE = "trainer-images/runtime/pyproject.toml"
 TORCH_TRAINER = Image(
-    "dtjob-trainer-torch", "trainer-images/torch/Dockerfile", ("trainer-images/torch", *_TRAINER_INPUTS)
+    "dtjob-trainer-torch",
+    "trainer-images/torch/Dockerfile",
+    ("trainer-images/torch", *_TRAINER_INPUTS),
+    _TRAINER_PACKAGE,
 )
 TENSORFLOW_TRAINER = Image(
     "dtjob-trainer-tensorflow",
     "trainer-images/tensorflow/Dockerfile",
     ("trainer-images/tensorflow", *_TRAINER_INPUTS),
+    _TRAINER_PACKAGE,
 )
 IMAGES = {image.name: image for image in (OPERATOR, TORCH_TRAINER, TENSORFLOW_TRAINER)}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import tarfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from localcluster.layout import Layout
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "dtjob-operator"
+GENERATED_CRD = REPO / "crds" / "training.dtjob.io_distributedtrainingjobs.yaml"
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -268,3 +271,15 @@ def test_the_chart_grants_exactly_the_verbs_the_code_uses() -> None:
         assert needed_by in source, f"{permission} is granted for {needed_by!r}, which the code no longer has"
     for mode in ((), ("watchNamespaces={team-a}",)):
         assert granted(render(*mode)) == set(USED), mode
+
+
+def test_the_chart_packages_as_its_release_with_the_crd(tmp_path: Path) -> None:
+    """`make chart-package`'s archive: named for the release, the CRD in crds/ (installed on first install)."""
+    release = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    archive = tmp_path / f"dtjob-operator-{release}.tgz"
+    with tarfile.open(archive) as packed:
+        names = packed.getnames()
+        chart = yaml.safe_load(packed.extractfile("dtjob-operator/Chart.yaml").read())  # type: ignore[union-attr]
+    assert (chart["version"], chart["appVersion"]) == (release, release)
+    assert f"dtjob-operator/crds/{GENERATED_CRD.name}" in names
