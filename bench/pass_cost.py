@@ -1,0 +1,91 @@
+"""CPU cost of one reconcile pass (the pure core, no API calls), for changes to the reconcile path.
+
+Times `plan.reconcile` on the passes a fleet runs most: a steady 8-pod gang (every pod Running, nothing
+to do) and a queued job waiting for Kueue's quota. Compare two trees in one run, alternating:
+
+    python -m bench.pass_cost --operator-src /tmp/before/operator --operator-src operator
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def measure(passes: int) -> dict[str, float]:
+    """Microseconds a pass (median of 5 rounds), in this interpreter's `dtjob`."""
+    from dtjob.plan import reconcile
+    from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
+    from tests.unit.test_kueue import QUEUED, workload
+
+    job = manifest(("Worker", 8), checkpoint=SHARED_CHECKPOINTS)
+    first = reconcile(job, [], NOW)
+    steady_job = {**job, "status": first.status}
+    pods = [running(p) for p in pods_of(job).values()]
+    settled = reconcile(steady_job, pods, NOW)
+    steady_job = {**steady_job, "status": settled.status or steady_job["status"]}
+    queued_first = reconcile(QUEUED, [], NOW)
+    queued_job = {**QUEUED, "status": queued_first.status}
+    waiting = workload(("QuotaReserved", "False"))
+    extra = (
+        {"routes": {"team-a-gpus": "h100-pool"}}
+        if "routes" in inspect.signature(reconcile).parameters
+        else {}
+    )
+    later = NOW + timedelta(seconds=1)
+    cases = {
+        "steady 8-pod gang": lambda: reconcile(steady_job, pods, later),
+        "queued, waiting for quota": lambda: reconcile(queued_job, [], later, workload=waiting, **extra),
+    }
+    figures = {}
+    for name, run in cases.items():
+        rounds = []
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(passes):
+                run()
+            rounds.append((time.process_time() - start) / passes * 1e6)
+        figures[name] = statistics.median(rounds)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passes", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the trees")
+    parser.add_argument("--operator-src", action="append", default=[], help="a tree's operator/ (repeat)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.passes)))
+        return
+    trees = args.operator_src or [str(REPO / "operator")]
+    results: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
+    for _ in range(args.rounds):
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(REPO)])}
+            out = subprocess.run([sys.executable, "-m", "bench.pass_cost", "--child", "--passes", str(args.passes)],
+                                 cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+            results[tree].append(json.loads(out))
+    base = trees[0]
+    for tree in trees:
+        for case in results[tree][0]:
+            values = [r[case] for r in results[tree]]
+            ratio = statistics.median(values) / statistics.median(r[case] for r in results[base])
+            print(
+                f"{tree}: {case}: {', '.join(f'{v:.0f}' for v in values)} us/pass (x{ratio:.2f} of the first tree)"
+            )
+
+
+if __name__ == "__main__":
+    main()
