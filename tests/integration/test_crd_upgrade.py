@@ -19,7 +19,7 @@ from dtjob import crd
 from dtjob.api import CRD_NAME
 from localcluster import Cluster
 from tests.integration.conftest import GROUP, PLURAL, REPO, VERSION, pytorch_job
-from tests.integration.test_readers import free_port, health
+from tests.integration.test_readers import blind_kubeconfig, free_port, health
 from tests.waiting import wait_for
 
 BROKEN_SINCE = "2030-01-01T00:00:00Z"
@@ -147,3 +147,41 @@ def test_an_older_crd_is_refused_without_leave_to_upgrade_and_upgraded_with_it(
     finally:
         stale.terminate()
         stale.wait(timeout=30)
+
+
+def test_an_operator_that_may_not_patch_an_older_crd_stays_unready_and_says_why(
+    cluster_a: Cluster,
+    extensions: client.ApiextensionsV1Api,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """manageCRD on, but RBAC narrower than the chart's (the CRD may be read, not patched): no job is acted
+    on, and the refusal says the patch was forbidden, not only that the CRD is old."""
+    kubeconfig = blind_kubeconfig(cluster_a, core, namespace, tmp_path / "blind.kubeconfig")
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    name = f"read-crd-{namespace}"
+    rule: Any = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                 "resourceNames": [CRD_NAME], "verbs": ["get"]}  # fmt: skip
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})
+    binding: Any = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "blind", "namespace": namespace}],
+    }
+    rbac.create_cluster_role_binding(binding)
+    install_an_older_release(extensions)
+    url = f"http://127.0.0.1:{free_port()}/healthz"
+    log = tmp_path / "operator.log"
+    process = operator_process(cluster_a, namespace, url, log, KUBECONFIG=str(kubeconfig))
+    try:
+        wait_for(lambda: (a := health(url))[0] == 500 and a, "/healthz to fail")
+        said = wait_for(lambda: "not acting on any job" in (t := log.read_text()) and t, "the refusal logged")
+        assert "may not patch the CRD: Forbidden" in said, said
+        assert crd.REVISION_ANNOTATION not in (installed_crd(extensions)["metadata"].get("annotations") or {})
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)

@@ -25,7 +25,13 @@ def refusal(may_upgrade: bool) -> str | None:
         log.warning("may not read the CRD %s: its schema revision is not checked", CRD_NAME)
         return None
     if found.standing == crd.Standing.STALE and may_upgrade:
-        io.apply_crd(crd.custom_resource_definition())
+        try:
+            io.apply_crd(crd.custom_resource_definition())
+        except client.ApiException as err:
+            if err.status != 403:
+                raise
+            refused = found.refusal(may_upgrade=False)
+            return f"{refused} (this operator may not patch the CRD: {err.reason}; the chart grants it)"
         log.info("upgraded the CRD %s from %s to revision %d", CRD_NAME,
                  f"revision {found.revision}" if found.revision is not None else "no revision", crd.SCHEMA_REVISION)  # fmt: skip
         return None
