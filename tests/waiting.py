@@ -9,8 +9,17 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0, interval: float = 0.2) -> T:
-    """Call `probe` until it returns a truthy value (returned) or raises nothing and time runs out."""
+def wait_for(
+    probe: Callable[[], T | None],
+    what: str,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    hopeless: Callable[[], str | None] = lambda: None,
+) -> T:
+    """Call `probe` until it returns a truthy value (returned) or raises nothing and time runs out.
+
+    `hopeless` says why waiting on is pointless (a process it waits on has exited), failing at once.
+    """
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
@@ -20,6 +29,8 @@ def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0, in
                 return value
         except Exception as err:  # the thing is not there yet (404, connection refused, ...)
             last_error = err
+        if reason := hopeless():
+            raise AssertionError(f"gave up waiting for {what}: {reason}")
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error})" if last_error else ""
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,31 +24,56 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.desired import render_children
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_MANIFESTS = REPO / "examples"
 EXAMPLE_CODE = REPO / "trainer-images" / "examples"
 RUN_TIMEOUT_S = 240
 Results = dict[str, dict[str, Any]]
+T = TypeVar("T")
 # Rank 0's address as the operator renders it, for one process per pod and for torchrun.
 _TORCH_RENDEZVOUS_VARS = (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT"))
 
 
+def _ephemeral_ports() -> range:
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return range(int(low), int(high) + 1)
+
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range, never handed out before in this run.
+
+    Not `bind(("127.0.0.1", 0))`: that port is in the range outgoing connections take their source
+    port from, so a gRPC or gloo client retrying a peer that is not listening yet can end up connected
+    to itself on the peer's port (TCP self-connect) or hold it when the peer binds.
+    """
+    below = range(20000, _ephemeral_ports().start)
+    for port in random.sample(below, len(below)):
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise AssertionError(f"no free port in {below}")
 
 
 def example_module(name: str) -> ModuleType:
@@ -153,6 +179,21 @@ class LocalGang:
                 pod.process.kill()
         for pod in self.pods.values():
             pod.process.wait()
+
+    def wait_for(
+        self, probe: Callable[[], T | None], what: str, timeout: float = RUN_TIMEOUT_S, interval: float = 0.2
+    ) -> T:
+        """`tests.waiting.wait_for`, giving up with every pod's log as soon as any pod has exited, or
+        with them all when time runs out."""
+        try:
+            return wait_for(probe, what, timeout, interval, hopeless=self._an_exit)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.logs()}") from None
+
+    def _an_exit(self) -> str | None:
+        exited = {name: pod.process.poll() for name, pod in self.pods.items()}
+        codes = {name: code for name, code in exited.items() if code is not None}
+        return f"exited: {codes}" if codes else None
 
     def logs(self) -> str:
         return "\n".join(f"--- {name}\n{pod.log()[-3000:]}" for name, pod in self.pods.items())

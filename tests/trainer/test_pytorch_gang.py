@@ -14,7 +14,6 @@ from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
 from tests.trainer.local_gang import (
-    RUN_TIMEOUT_S,
     Results,
     example_module,
     local_job,
@@ -25,7 +24,6 @@ from tests.trainer.local_gang import (
     the_one,
     train,
 )
-from tests.waiting import wait_for
 
 MIN_ACCURACY = 0.95  # what the examples state
 
@@ -56,7 +54,7 @@ def test_ddp_gang_killed_mid_run_resumes_at_the_last_checkpoint_and_ends_bitwise
     checkpoints = checkpoints_of(job)
     final_step = the_one({result["step"] for result in uninterrupted_ddp.values()})
     with running(rendered_pods(job, attempt=0), tmp_path) as gang:
-        first = wait_for(checkpoints.latest_step, "a first checkpoint", timeout=RUN_TIMEOUT_S, interval=0.01)
+        first = gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
         rank0 = gang.pod_named("worker-0")
 
         def checkpoint_reported() -> dict[str, float] | None:
@@ -64,7 +62,7 @@ def test_ddp_gang_killed_mid_run_resumes_at_the_last_checkpoint_and_ends_bitwise
             metrics = scrape(rank0.metrics_port)
             return metrics if metrics["dtjob_trainer_last_checkpoint_step"] >= first else None
 
-        metrics = wait_for(checkpoint_reported, "rank 0's metrics to report the checkpoint")
+        metrics = gang.wait_for(checkpoint_reported, "rank 0's metrics to report the checkpoint", timeout=30)
         gang.pod_named("worker-1").signal(signal.SIGKILL)
         # ... and the operator tears the rest of the gang down.
     assert metrics["dtjob_trainer_step"] >= first
@@ -92,7 +90,7 @@ def test_sigterm_to_one_rank_saves_a_checkpoint_and_exits_preempted_within_the_b
     job = local_job("ddp-digits.yaml", tmp_path)
     checkpoints = checkpoints_of(job)
     with running(rendered_pods(job, attempt=0), tmp_path) as gang:
-        wait_for(checkpoints.latest_step, "a first checkpoint", timeout=RUN_TIMEOUT_S, interval=0.01)
+        gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
         codes, stopped_after = gang.stop_with_sigterm(
             "worker-1", timeout=DEFAULT_PREEMPTION_BUDGET_SECONDS + 30
         )

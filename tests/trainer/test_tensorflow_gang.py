@@ -10,7 +10,6 @@ from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
 from tests.trainer.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running, scrape, train
-from tests.waiting import wait_for
 
 MIN_ACCURACY = 0.93  # what the examples state
 EPOCHS = 10  # in the manifests
@@ -43,9 +42,7 @@ def test_sigterm_to_a_mwms_worker_backs_up_exits_preempted_and_the_next_attempt_
     job = local_job("tf-mwms-digits.yaml", tmp_path)
     with running(rendered_pods(job, attempt=0), tmp_path) as gang:
         chief = gang.pod_named("worker-0")
-        wait_for(
-            lambda: scrape(chief.metrics_port)["dtjob_trainer_epoch"] >= 1, "the second epoch", RUN_TIMEOUT_S
-        )
+        gang.wait_for(lambda: scrape(chief.metrics_port)["dtjob_trainer_epoch"] >= 1, "the second epoch")
         codes, stopped_after = gang.stop_with_sigterm(
             "worker-1", timeout=DEFAULT_PREEMPTION_BUDGET_SECONDS + 30
         )
@@ -68,7 +65,7 @@ def test_sigterm_to_the_parameter_server_chief_backs_up_its_epoch_and_the_next_a
     chief_backup = Path(job["spec"]["checkpoint"]["path"]) / "backup" / "chief" / "checkpoint"
     with running(rendered_pods(job, attempt=0), tmp_path) as gang:
         chief = gang.pod_named("chief-0")
-        wait_for(chief_backup.exists, "the chief's first epoch backup", RUN_TIMEOUT_S)
+        gang.wait_for(chief_backup.exists, "the chief's first epoch backup")
         signalled = time.monotonic()
         chief.signal(signal.SIGTERM)
         code = chief.wait(timeout=DEFAULT_PREEMPTION_BUDGET_SECONDS + 30)
