@@ -17,7 +17,8 @@ apply (apiVersion and kind set, no status). How the template is merged with what
   DTJ_REPLICA_INDEX, DTJ_ATTEMPT, DTJ_CHECKPOINT_DIR; the framework's rendezvous variables (PyTorch:
   MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, LOCAL_RANK, PET_NNODES, PET_NPROC_PER_NODE,
   PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; TensorFlow: TF_CONFIG); CLUSTER_SPEC; AIP_CHECKPOINT_DIR,
-  AIP_MODEL_DIR, AIP_TENSORBOARD_LOG_DIR; then, on GPU roles, the NCCL profile's variables, NCCL_DEBUG,
+  AIP_MODEL_DIR, AIP_TENSORBOARD_LOG_DIR; DTJ_PROGRESS_URL and DTJ_PROGRESS_TOKEN_FILE when the operator
+  takes progress reports (a projected token volume goes with them, docs/progress.md); then, on GPU roles, the NCCL profile's variables, NCCL_DEBUG,
   TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch) and spec.nccl.env. The template's own entries follow in their
   order. A template entry with the same name as an injected one WINS for the tunables (AIP_* and all
   NCCL-profile variables) and is DROPPED for the rendezvous contract (DTJ_*, the framework's variables,
@@ -51,6 +52,7 @@ from dtjob.names import (
 )
 from dtjob.nccl import PROFILES, library_path, nccl_env
 from dtjob.preflight import preflight_container
+from dtjob.progress import AUDIENCE, TOKEN_DIRECTORY, TOKEN_SECONDS
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 LIBRARY_PATH: Final = "LD_LIBRARY_PATH"
@@ -69,6 +71,21 @@ SPOT_TOLERATION: Final = {
 }
 SHM_VOLUME: Final = "dtj-shm"
 CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
+# The pod's token for the operator's progress intake: bound to the pod, for that audience only.
+PROGRESS_TOKEN_VOLUME: Final = {
+    "name": "dtj-progress-token",
+    "projected": {
+        "sources": [
+            {
+                "serviceAccountToken": {
+                    "audience": AUDIENCE,
+                    "expirationSeconds": TOKEN_SECONDS,
+                    "path": "token",
+                }
+            }
+        ]
+    },
+}
 # A container that fails without writing a termination message gets the tail of its log there instead
 # (at most 80 lines, 2 KiB), which restart Events and the status quote. One the trainer writes is kept.
 TERMINATION_MESSAGE_POLICY: Final = "FallbackToLogsOnError"
@@ -146,6 +163,8 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
             **({"sizeLimit": spec.shared_memory.size_limit} if spec.shared_memory.size_limit else {}),
         }
         _add_volume(pod_spec, container, {"name": SHM_VOLUME, "emptyDir": empty_dir}, "/dev/shm")
+    if gang.progress_url is not None:
+        _add_volume(pod_spec, container, copy.deepcopy(PROGRESS_TOKEN_VOLUME), TOKEN_DIRECTORY)
     if spec.checkpoint.volume is not None:
         _add_volume(
             pod_spec, container, {"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume}, spec.checkpoint.path
@@ -232,6 +251,11 @@ def _injected_env(
     ]
     vertex = vertex_env(gang, member, framework.port(spec))
     tunables = [(name, value) for name, value in vertex if name != "CLUSTER_SPEC"]
+    if gang.progress_url is not None:
+        tunables += [
+            ("DTJ_PROGRESS_URL", gang.progress_url),
+            ("DTJ_PROGRESS_TOKEN_FILE", f"{TOKEN_DIRECTORY}/token"),
+        ]
     contract += [(name, value) for name, value in vertex if name == "CLUSTER_SPEC"]
     if gpu_role:
         tunables += nccl_env(spec, gang.network)

@@ -48,9 +48,11 @@ from typing import Any, Final
 import click
 import kopf
 
-from dtjob import metrics
+from dtjob import metrics, progress
 from dtjob.kube import io, leader, schema
 from dtjob.kube.caches import Caches, JobKey
+from dtjob.kube.intake import Intake, Reporter
+from dtjob.names import ATTEMPT_LABEL
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
 from dtjob.plan import Event, Plan, reconcile, refused_pods
 from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces
@@ -119,6 +121,11 @@ class Runtime:
     refusal: str | None = None
     """Why the operator does not act on jobs yet (a CRD older than its own it may not upgrade)."""
     schema_watch: asyncio.Task[None] | None = None
+    ledgers: dict[JobKey, progress.Ledger] = field(default_factory=dict)
+    """The trainers' latest progress reports, by job (their current attempt's)."""
+    progress_woken: dict[JobKey, float] = field(default_factory=dict)
+    """When a report last woke the job's loop (monotonic): reports alone write its status only so often."""
+    intake: Intake | None = None
 
     def __post_init__(self) -> None:
         self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
@@ -180,6 +187,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         if job := runtime.jobs.get(key):
             job.created.pop(uid, None)  # the watch has it now
 
+    if config.progress_port is not None:
+        runtime.intake = Intake(
+            functools.partial(_reporter, runtime),
+            functools.partial(_take_report, runtime),
+            runtime.acting.is_set,
+        )
+        await runtime.intake.serve(config.progress_port)
+
     if (refusal := await asyncio.to_thread(schema.refusal, config.manage_crd)) is None:
         await _start_reading(runtime, wake_jobs_on, pod_seen)
     else:
@@ -225,6 +240,40 @@ async def _start_reading(
     runtime.caches.start()
 
 
+def _reporter(runtime: Runtime, identity: io.PodIdentity) -> Reporter | None:
+    """The job pod a progress token was issued to, if the pod cache has that very pod (same uid)."""
+    if runtime.caches is None:
+        return None
+    key = f"{identity.namespace}/{identity.pod}"
+    job, essentials = runtime.caches.pods.group(key), runtime.caches.pods.get(key)
+    if job is None or essentials is None or job not in runtime.jobs:
+        return None
+    meta = json.loads(essentials)["metadata"]
+    attempt = (meta.get("labels") or {}).get(ATTEMPT_LABEL, "")
+    if meta.get("uid") != identity.pod_uid or not attempt.isdigit():
+        return None
+    return Reporter(identity.namespace, job[1], identity.pod, int(attempt))
+
+
+def _take_report(runtime: Runtime, reporter: Reporter, report: progress.Report) -> None:
+    """Into the job's ledger; the job's loop is woken by the first report of an attempt or of a pod, by
+    a change of phase, and otherwise at most every progress_status_seconds (each wake may write status)."""
+    key = (reporter.namespace, reporter.job)
+    before = runtime.ledgers.get(key)
+    ledger = progress.received(before, reporter.attempt, reporter.pod, report, datetime.now(UTC))
+    if ledger is None:
+        return  # a pod of an attempt that is over, still running down
+    runtime.ledgers[key] = ledger
+    previous = (
+        before.pods.get(reporter.pod) if before is not None and before.attempt == ledger.attempt else None
+    )
+    news = previous is None or previous.report.phase != report.phase
+    woken = runtime.progress_woken.get(key)
+    if news or woken is None or time.monotonic() - woken >= runtime.config.progress_status_seconds:
+        runtime.progress_woken[key] = time.monotonic()
+        _wake(runtime, key)
+
+
 @kopf.on.probe(id="readers")
 def readers_listing(memo: kopf.Memo, **_: Any) -> str:
     """The health endpoint fails while a reader cannot list (RBAC, the apiserver away for a while)."""
@@ -262,6 +311,8 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
             await runtime.election
     if runtime.schema_watch is not None:
         runtime.schema_watch.cancel()
+    if runtime.intake is not None:
+        await runtime.intake.stop()
     if runtime.caches is not None:
         runtime.caches.stop()
 
@@ -305,6 +356,8 @@ def _end(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:
     memory.stopped.set()
     if runtime.jobs.get(key) is memory:
         del runtime.jobs[key]
+        runtime.ledgers.pop(key, None)
+        runtime.progress_woken.pop(key, None)
 
 
 def _start_loop(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:
@@ -392,6 +445,7 @@ async def reconcile_once(
             now,
             runtime.config,
             queue,
+            runtime.ledgers.get(key),
         )
     except io.Deposed:  # the Lease was lost during the pass: the new leader decides from here
         log.info("pass of %s/%s stopped: this replica no longer leads", *key)
@@ -469,6 +523,7 @@ def _pass_in_slot(
     now: datetime,
     config: OperatorSettings,
     queue: Queue,
+    ledger: progress.Ledger | None,
 ) -> PassOutcome:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
     returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
@@ -486,7 +541,8 @@ def _pass_in_slot(
     nodes += _unknown_nodes_of(lagging, nodes)
     decide = functools.partial(
         reconcile, daemon_images=config.daemon_images, workload=queue.workload, flavors=queue.flavors,
-        kueue_served=queue.served, routes=queue.routes if queue.served else None,
+        kueue_served=queue.served, routes=queue.routes if queue.served else None, ledger=ledger,
+        progress_url=config.progress_url if config.progress_port is not None else None,
     )  # fmt: skip
     read: dict[str, Any] = {}  # what a plan asked the pass to read first, once each
     plan = decide(job, children, now, nodes)

@@ -34,7 +34,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from dtjob import kueue
+from dtjob import kueue, progress
 from dtjob.api import (
     CleanPodPolicy,
     ConditionType,
@@ -153,6 +153,8 @@ def reconcile(
     kueue_served: bool = True,
     priority: kueue.Priority | None = None,
     routes: Mapping[str, str] | None = None,
+    ledger: progress.Ledger | None = None,
+    progress_url: str | None = None,
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
@@ -160,7 +162,9 @@ def reconcile(
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
-    ClusterQueue of each LocalQueue in the job's namespace, as read (see kueue.read)."""
+    ClusterQueue of each LocalQueue in the job's namespace, as read (see kueue.read); `ledger`: the
+    trainers' latest progress reports (see progress); `progress_url`: where the pods report them (the
+    operator's intake, settings), None when it has none."""
     ref = JobRef.of(job)
     generation = job["metadata"].get("generation")
     old = read_status(job.get("status"))
@@ -181,7 +185,7 @@ def reconcile(
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
-    gang = Gang.of(ref, spec, old.attempt, network, daemon_images)
+    gang = Gang.of(ref, spec, old.attempt, network, daemon_images, progress_url)
     observed = observe(children, now, nodes)
     queue = kueue.queue_of(job)
     queueing = kueue.read(queue, workload, flavors or {}, kueue_served, routes) if queue else None
@@ -195,10 +199,11 @@ def reconcile(
         if priority is not None and priority.value is None:
             missing = f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
-    decision = decide(spec, old, gang, observed, now, queueing)
+    decision = decide(spec, old, gang, observed, now, queueing, ledger)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     admission = admitted.message if admitted else None
-    new = next_status(old, gang, observed, decision, now, generation, queueing is not None, admission)
+    shown = progress.carried(old.progress, ledger, gang.rank_zero.pod, gang.attempt)
+    new = next_status(old, gang, observed, decision, now, generation, queueing is not None, admission, shown)
     events = transition_events(old, new)
     if chosen is not None:
         record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)

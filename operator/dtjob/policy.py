@@ -1,9 +1,9 @@
 """The one decision of a reconcile pass: what the gang needs next. Pure: plain data in, a Decision out.
 
 Checks run in a fixed order, each able to end the pass: finished (TTL) -> suspended -> deadline ->
-success -> a member that ended abnormally or went missing (restart the gang, or fail) -> scheduling
-timeout -> stale pods of an earlier attempt still present -> missing pods (after the failure backoff) ->
-wait. What an abnormal end means is `fault_of`'s table: preemption, retryable failure, or permanent.
+success -> a member that ended abnormally or went missing (restart the gang, or fail) -> a gang that
+stopped stepping (progressDeadlineSeconds) -> scheduling timeout -> stale pods of an earlier attempt
+still present -> missing pods (after the failure backoff) -> wait. What an abnormal end means is `fault_of`'s table: preemption, retryable failure, or permanent.
 
 An abnormal end is judged for the whole gang, not pod by pod: on a node shutdown the peers on other
 nodes often crash (the collective broke) before the preempted pod says anything. A break that nothing
@@ -41,6 +41,7 @@ from dtjob.observed import (
     PodView,
 )
 from dtjob.preflight import FAILED as PREFLIGHT_FAILED
+from dtjob.progress import Ledger, describe, judge
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -98,6 +99,8 @@ class Reason(StrEnum):
     """A member ended with no disruption in sight: the gang is watched before a failure is charged."""
     QUEUED = "Queued"
     """Kueue has not admitted the gang (or took its admission back): no pod may exist."""
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    """Every member ran, and the step did not advance for runPolicy.progressDeadlineSeconds."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,10 @@ def decide(
     observed: Observed,
     now: datetime,
     queueing: Queueing | None = None,
+    ledger: Ledger | None = None,
 ) -> Decision:
-    """`queueing`: where Kueue stands with the job's Workload, for a job in a Kueue queue."""
+    """`queueing`: where Kueue stands with the job's Workload, for a job in a Kueue queue; `ledger`: the
+    trainers' latest progress reports."""
     timers: list[float] = []
     policy = spec.run_policy
 
@@ -169,6 +174,17 @@ def decide(
         decision = _on_abnormal_end(spec, status, ended, current, now)
         return replace(decision, vanished=tuple(pod.name for pod in vanished))
 
+    if (deadline := policy.progress_deadline_seconds) is not None and _all_running(training, current):
+        clock = judge(ledger, status.progress, gang.attempt, deadline, now)
+        if clock.stall is not None:
+            cause = describe(clock.stall, deadline, now)
+            if status.restarts.hangs >= policy.max_hang_restarts:
+                message = f"maxHangRestarts ({policy.max_hang_restarts}) reached; last: {cause}"
+                return Decision(Action.FAIL, Reason.PROGRESS_DEADLINE_EXCEEDED, message)
+            return Decision(Action.RESTART_GANG, Reason.PROGRESS_DEADLINE_EXCEEDED, cause)
+        if clock.left is not None:
+            timers.append(clock.left)
+
     if policy.scheduling_timeout_seconds is not None:
         limit = timedelta(seconds=policy.scheduling_timeout_seconds)
         for pod in current.values():
@@ -194,6 +210,14 @@ def decide(
         )
 
     return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
+
+
+def _all_running(members: list[Member], current: dict[str, PodView]) -> bool:
+    running = (PodState.RUNNING, PodState.READY)
+    return all(
+        m.pod in current and current[m.pod].state in running and not current[m.pod].terminating
+        for m in members
+    )
 
 
 def backoff_seconds(failures: int) -> float:

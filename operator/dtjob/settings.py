@@ -20,6 +20,7 @@ NAMESPACES_VARIABLE: Final = "DTJOB_NAMESPACES"
 DEFAULT_MAX_CONCURRENT_PASSES: Final = 8
 DEFAULT_API_QPS: Final = 100.0
 DEFAULT_API_BURST: Final = 200
+DEFAULT_PROGRESS_STATUS_SECONDS: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class OperatorSettings:
     """Whether to look for Kueue's API at start-up and, if served, admit queued jobs through it."""
     manage_crd: bool = True
     """Whether to upgrade an older DistributedTrainingJob CRD at start-up (docs/operations.md)."""
+    progress_port: int | None = None
+    """The port of the progress intake the trainers POST their reports to (docs/progress.md); None: off."""
+    progress_url: str | None = None
+    """The intake's URL as the pods reach it (the chart's Service), rendered into DTJ_PROGRESS_URL."""
+    progress_status_seconds: float = DEFAULT_PROGRESS_STATUS_SECONDS
+    """A job's status.progress is written at most this often on reports alone (other changes write it too)."""
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
@@ -58,6 +65,12 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         return value
 
     port = env.get("DTJOB_METRICS_PORT")
+    progress_port = int(number("DTJOB_PROGRESS_PORT", 0, 0, int)) or None
+    progress_url = env.get("DTJOB_PROGRESS_URL") or None
+    if progress_url is not None and progress_port is None:
+        raise ValueError(
+            "DTJOB_PROGRESS_URL is set but DTJOB_PROGRESS_PORT is not: no intake would take the reports"
+        )
     return OperatorSettings(
         max_concurrent_passes=int(
             number("DTJOB_MAX_CONCURRENT_PASSES", DEFAULT_MAX_CONCURRENT_PASSES, 1, int)
@@ -71,6 +84,11 @@ def from_env(env: dict[str, str] | None = None) -> OperatorSettings:
         namespaces=tuple(ns for ns in env.get(NAMESPACES_VARIABLE, "").split(",") if ns),
         kueue=_switch(env, "DTJOB_KUEUE", default=True),
         manage_crd=_switch(env, "DTJOB_MANAGE_CRD", default=True),
+        progress_port=progress_port,
+        progress_url=progress_url,
+        progress_status_seconds=number(
+            "DTJOB_PROGRESS_STATUS_SECONDS", DEFAULT_PROGRESS_STATUS_SECONDS, 0.0, float
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from dtjob.api import (
     LastRestart,
     Phase,
     PreflightResult,
+    Progress,
     ReplicaStatus,
     Role,
     timestamp,
@@ -90,9 +91,11 @@ def next_status(
     generation: int | None,
     queued: bool = False,
     admitted: str | None = None,
+    progress: Progress | None = None,
 ) -> JobStatus:
     """The status after carrying out `decision`: counters, times, per-role counts and conditions.
-    `queued`: the job is in a Kueue queue; `admitted`: what Kueue's admission says, once it admitted it."""
+    `queued`: the job is in a Kueue queue; `admitted`: what Kueue's admission says, once it admitted it;
+    `progress`: the training progress to show (see progress.carried)."""
     action = decision.action
     # A job waiting for Kueue is held as a suspended one is (no pods), under a condition of its own.
     holding = ConditionType.QUEUED if decision.reason == Reason.QUEUED else ConditionType.SUSPENDED
@@ -120,10 +123,12 @@ def next_status(
     if action == Action.RESTART_GANG:
         attempt += 1
         preempted = decision.reason == Reason.PREEMPTED
+        hung = decision.reason == Reason.PROGRESS_DEADLINE_EXCEEDED
         restarts = restarts.model_copy(
             update={
-                "failures": restarts.failures + (not preempted),
+                "failures": restarts.failures + (not preempted and not hung),
                 "preemptions": restarts.preemptions + preempted,
+                "hangs": restarts.hangs + hung,
                 "total": restarts.total + 1,
             }
         )
@@ -200,6 +205,7 @@ def next_status(
         last_restart=last_restart,
         preflight=preflight,
         nccl=old.nccl,
+        progress=progress,
         broken_since=broken_since,
         start_time=start_time,
         completion_time=completion_time,

@@ -106,7 +106,21 @@ def test_the_operator_pod_is_restricted_and_probed() -> None:
 def test_metrics_service_and_optional_service_monitor() -> None:
     assert by_kind(render(), "Service") and not by_kind(render(), "ServiceMonitor")
     assert by_kind(render("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")
-    assert not by_kind(render("metrics.enabled=false"), "Service")
+    services = [s["metadata"]["name"] for s in by_kind(render("metrics.enabled=false"), "Service")]
+    assert services == ["r-dtjob-operator-progress"]
+
+
+def test_the_progress_intake_has_a_service_the_pods_are_told_of_and_may_review_tokens() -> None:
+    docs = render()
+    service = next(s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-progress"))
+    assert service["spec"]["ports"] == [{"name": "progress", "port": 8082, "targetPort": "progress"}]
+    env = container_env(docs)
+    assert env["DTJOB_PROGRESS_URL"] == "http://r-dtjob-operator-progress.dtjob-system.svc:8082/v1/progress"
+    assert (env["DTJOB_PROGRESS_PORT"], env["DTJOB_PROGRESS_STATUS_SECONDS"]) == ("8082", "30")
+    assert ("authentication.k8s.io", "tokenreviews", "create") in granted(docs)
+    off = render("progress.enabled=false")
+    assert "DTJOB_PROGRESS_URL" not in container_env(off)
+    assert ("authentication.k8s.io", "tokenreviews", "create") not in granted(off)
 
 
 def container_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,6 +260,7 @@ USED: dict[tuple[str, str, str], str] = {
     ("kueue.x-k8s.io", "resourceflavors", "watch"): "_kueue_lister(kueue.RESOURCE_FLAVORS",
     ("kueue.x-k8s.io", "workloadpriorityclasses", "get"): ".get_cluster_custom_object(",
     ("scheduling.k8s.io", "priorityclasses", "get"): ".read_priority_class(",
+    ("authentication.k8s.io", "tokenreviews", "create"): ".create_token_review(",  # the progress intake
     ("coordination.k8s.io", "leases", "create"): ".create_namespaced_lease(",
     ("coordination.k8s.io", "leases", "get"): ".read_namespaced_lease(",
     ("coordination.k8s.io", "leases", "update"): ".replace_namespaced_lease(",

@@ -178,6 +178,7 @@ def test_the_crd_names_columns_and_subresources_match_the_contract() -> None:
         (c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"] if not c.get("priority")
     ]
     assert columns == [("Framework", ".spec.framework"), ("Ready", ".status.replicasReady"), ("Phase", ".status.phase"),
+                       ("Step", ".status.progress.step"), ("Progress", ".status.progress.percent"),
                        ("Restarts", ".status.restarts.total"), ("Age", ".metadata.creationTimestamp")]  # fmt: skip
     replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
     assert (replicas["x-kubernetes-list-type"], replicas["x-kubernetes-list-map-keys"]) == ("map", ["role"])

@@ -318,6 +318,13 @@ class RunPolicy(WireModel):
     failure_settle_seconds: Annotated[int, Field(ge=0, le=600)] = 30
     """How long a gang that lost a member with no disruption in sight is watched before the restart is
     charged to backoffLimit: a preemption seen meanwhile (often after the peers crashed) makes it one."""
+    progress_deadline_seconds: Annotated[int, Field(ge=30, le=86400)] | None = None
+    """A gang whose step has not advanced this long while every member runs is taken for hung and
+    restarted from its checkpoint (ProgressDeadlineExceeded). Judged on the trainers' progress reports
+    (docs/progress.md), from the first step on: the start-up before it and time in a checkpoint save do
+    not count. Unset: no hang detection."""
+    max_hang_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
+    """Gang restarts after progressDeadlineSeconds ran out before the job fails (its own budget)."""
 
 
 class NetworkPolicy(WireModel):

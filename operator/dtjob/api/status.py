@@ -93,8 +93,11 @@ class Restarts(StatusModel):
     """Charged to runPolicy.backoffLimit."""
     preemptions: int = 0
     """Charged to runPolicy.maxPreemptions."""
+    # Written only once it counts something, as preflightFailures.
+    hangs: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Charged to runPolicy.maxHangRestarts: restarts after progressDeadlineSeconds ran out."""
     total: int = 0
-    """failures + preemptions (a printer column)."""
+    """failures + preemptions + hangs (a printer column)."""
     # Written only once it counts something: the preflight is opt-in, and a 0 on every job would be noise.
     preflight_failures: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Attempts whose NCCL preflight failed (spec.nccl.preflight): a failure of the platform, not of the
@@ -135,6 +138,28 @@ class NcclChoice(StatusModel):
     reason: str = ""
 
 
+class Progress(StatusModel):
+    """Training progress of the current attempt, as its trainers report it (docs/progress.md)."""
+
+    attempt: int
+    step: int
+    """Optimizer steps completed (rank 0's count)."""
+    total_steps: int | None = None
+    percent: float | None = None
+    """step / totalSteps, in percent (one decimal), when the trainer says how many steps there are."""
+    epoch: int | None = None
+    loss: float | None = None
+    samples_per_second: float | None = None
+    """All ranks together, over the last steps."""
+    step_seconds: float | None = None
+    """Wall-clock seconds a step takes lately (rank 0), checkpoint saves included."""
+    last_checkpoint_step: int | None = None
+    eta: Timestamp | None = None
+    """When training should end at the current pace: (totalSteps - step) x stepSeconds from updatedAt."""
+    updated_at: Timestamp
+    """When the step last advanced (or the first report came)."""
+
+
 class JobStatus(StatusModel):
     """Observed state of the job."""
 
@@ -152,6 +177,7 @@ class JobStatus(StatusModel):
     last_restart: LastRestart | None = None
     preflight: PreflightResult | None = None
     nccl: NcclChoice | None = None
+    progress: Progress | None = None
     broken_since: Timestamp | None = None
     """When a member of the current attempt was first seen ended with no disruption in sight: the gang is
     watched for runPolicy.failureSettleSeconds from here before a failure is charged."""

@@ -32,6 +32,8 @@ class Gang:
     """The NCCL network profile of its GPU pods, as chosen for the attempt (see nccl.choose)."""
     daemon_image: str | None = None
     """The GPUDirect daemon's image, when not the profile's."""
+    progress_url: str | None = None
+    """Where the pods report their training progress (the operator's intake), None when nowhere."""
 
     @classmethod
     def of(
@@ -41,6 +43,7 @@ class Gang:
         attempt: int,
         network: NcclProfileName | None = None,
         daemon_images: Mapping[NcclProfileName, str] | None = None,
+        progress_url: str | None = None,
     ) -> Gang:
         """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
         cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
@@ -60,7 +63,13 @@ class Gang:
             network = choose(spec, frozenset()).profile
         daemon_image = spec.nccl.daemon_image or (daemon_images or {}).get(network)
         return cls(
-            job=job, spec=spec, attempt=attempt, members=members, network=network, daemon_image=daemon_image
+            job=job,
+            spec=spec,
+            attempt=attempt,
+            members=members,
+            network=network,
+            daemon_image=daemon_image,
+            progress_url=progress_url,
         )
 
     @property

@@ -55,6 +55,13 @@ class Grouped(Generic[G, V]):
                 del self._groups[group]
         return group
 
+    def group(self, key: str) -> G | None:
+        return self._group_of.get(key)
+
+    def get(self, key: str) -> V | None:
+        group = self._group_of.get(key)
+        return None if group is None else self._groups[group].get(key)
+
     def of(self, group: G) -> list[V]:
         return list(self._groups.get(group, {}).values())
 

@@ -100,6 +100,34 @@ def read_job(namespace: str, name: str) -> dict[str, Any] | None:
     return cast(dict[str, Any], job)
 
 
+@dataclass(frozen=True)
+class PodIdentity:
+    """Who a pod-bound service account token belongs to, as the apiserver's TokenReview says."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+
+
+def review_token(token: str, audience: str) -> PodIdentity | None:
+    """The pod a token was issued to, if the apiserver finds it valid for `audience` and bound to a pod
+    that still exists (a projected token is); None otherwise."""
+    _take(write=False)
+    review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[audience]))
+    status = client.AuthenticationV1Api(api_client()).create_token_review(review).status
+    if status is None or not status.authenticated or status.user is None:
+        return None
+    extra = status.user.extra or {}
+    pod, uid = (
+        extra.get("authentication.kubernetes.io/pod-name"),
+        extra.get("authentication.kubernetes.io/pod-uid"),
+    )
+    parts = (status.user.username or "").split(":")  # system:serviceaccount:<namespace>:<name>
+    if not pod or not uid or len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
+        return None
+    return PodIdentity(parts[2], pod[0], uid[0])
+
+
 def read_nodes(names: Iterable[str]) -> list[dict[str, Any]]:
     """The named nodes, one GET each; a node that is gone is simply absent."""
     api, sanitize = core(), api_client().sanitize_for_serialization

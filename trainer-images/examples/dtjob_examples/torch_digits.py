@@ -10,6 +10,8 @@ import argparse
 import hashlib
 import math
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -20,7 +22,7 @@ from dtjob_trainer.environment import TrainerEnvironment
 from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
 from dtjob_trainer.pytorch.rng import seed_everything
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
-from dtjob_trainer.pytorch.session import open_session
+from dtjob_trainer.pytorch.session import TrainingSession, open_session
 from dtjob_trainer.pytorch.state import TrainingState
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -43,6 +45,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps")
     parser.add_argument("--async-checkpoints", action="store_true")
     parser.add_argument("--min-accuracy", type=float, default=0.95, help="exit 1 below this test accuracy")
+    # Faults to show hang detection with (docs/progress.md); both act in the first attempt only.
+    parser.add_argument("--hang-at-step", type=int, help="rank --hang-rank stops stepping after this step")
+    parser.add_argument("--hang-rank", type=int, default=1)
+    parser.add_argument(
+        "--slow-save-seconds", type=float, default=0.0, help="the first save takes this long more"
+    )
     return parser.parse_args(argv)
 
 
@@ -89,6 +97,16 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(dim=1) == y).float().mean())
 
 
+def _faults(args: argparse.Namespace, session: TrainingSession, rank: int) -> None:
+    step = session.state.progress.step
+    if args.slow_save_seconds and step == args.checkpoint_every:
+        with session.saving():  # as a save to a slow store would: every rank waits for it
+            time.sleep(args.slow_save_seconds)
+    if args.hang_at_step is not None and step == args.hang_at_step and rank == args.hang_rank:
+        print(f"rank {rank} hangs after step {step} (--hang-at-step)", flush=True)
+        threading.Event().wait()  # as a rank wedged in a collective: alive, silent, never stepping
+
+
 def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
     args = parse_args(argv)
     configure_logging()
@@ -121,6 +139,7 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
             checkpoint_every_steps=args.checkpoint_every,
             sharded=parallelism == "fsdp",
             asynchronous_checkpoints=args.async_checkpoints,
+            total_steps=args.epochs * steps_per_epoch,
         ) as session:
             resumed_from = session.resume()
             progress = state.progress
@@ -135,6 +154,8 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
                     optimizer.step()
                     scheduler.step()
                     session.end_of_step(loss.item(), samples=len(y))
+                    if env.attempt == 1:
+                        _faults(args, session, context.rank)
                 session.end_of_epoch()
         weights = full_weights(model)
         test_accuracy = accuracy(

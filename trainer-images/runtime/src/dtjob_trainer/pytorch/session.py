@@ -26,6 +26,7 @@ import torch.distributed as dist
 from dtjob_trainer.environment import TrainerEnvironment, TrainerEnvironmentError
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 from dtjob_trainer.progress import ProgressReporter
+from dtjob_trainer.progress_report import ProgressPoster
 from dtjob_trainer.pytorch.checkpoint import CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext
 from dtjob_trainer.pytorch.state import TrainingState
@@ -49,6 +50,7 @@ class TrainingSession:
         *,
         checkpoint_every_steps: int,
         reporter: ProgressReporter | None = None,
+        poster: ProgressPoster | None = None,
         asynchronous_checkpoints: bool = False,
     ) -> None:
         if checkpoint_every_steps < 1:
@@ -59,6 +61,7 @@ class TrainingSession:
         self.termination = termination
         self._every = checkpoint_every_steps
         self._reporter = reporter
+        self._poster = poster
         self._asynchronous = asynchronous_checkpoints
 
     def resume(self) -> int | None:
@@ -74,14 +77,29 @@ class TrainingSession:
         progress.batches_in_epoch += 1
         if self._reporter is not None:
             self._reporter.record_step(progress.step, progress.epoch, loss, samples * self.context.world_size)
+        if self._poster is not None:
+            self._poster.record_step(progress.step, progress.epoch, loss, samples * self.context.world_size)
         if self._stop_requested_anywhere():
             self._save_and_exit()
         if progress.step % self._every == 0:
-            if self._asynchronous:
-                self.checkpoints.save_async(self.state)
-            else:
-                self.checkpoints.save(self.state)
+            with self.saving():
+                if self._asynchronous:
+                    self.checkpoints.save_async(self.state)
+                else:
+                    self.checkpoints.save(self.state)
         self._report_checkpoint()
+
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """Tell the operator a save is under way: a step that does not advance meanwhile is not a hang
+        (runPolicy.progressDeadlineSeconds). The session's own checkpoints use it; wrap your own saves."""
+        if self._poster is not None:
+            self._poster.checkpointing(True)
+        try:
+            yield
+        finally:
+            if self._poster is not None:
+                self._poster.checkpointing(False)
 
     def end_of_epoch(self) -> None:
         self.state.progress.epoch += 1
@@ -99,8 +117,11 @@ class TrainingSession:
         raise SystemExit(PREEMPTED_CHECKPOINT_SAVED)
 
     def _report_checkpoint(self) -> None:
-        if self._reporter is not None and self.checkpoints.published_step is not None:
-            self._reporter.record_checkpoint(self.checkpoints.published_step)
+        if self.checkpoints.published_step is None:
+            return
+        for sink in (self._reporter, self._poster):
+            if sink is not None:
+                sink.record_checkpoint(self.checkpoints.published_step)
 
 
 @contextmanager
@@ -113,9 +134,11 @@ def open_session(
     sharded: bool = False,
     asynchronous_checkpoints: bool = False,
     keep_last: int = 3,
+    total_steps: int | None = None,
 ) -> Iterator[TrainingSession]:
     """A session wired from the pod's environment: checkpoints in DTJ_CHECKPOINT_DIR, SIGTERM budget
-    DTJ_PREEMPTION_BUDGET_SECONDS, metrics on DTJ_METRICS_PORT from rank 0."""
+    DTJ_PREEMPTION_BUDGET_SECONDS, metrics on DTJ_METRICS_PORT from rank 0, progress reports to the
+    operator (DTJ_PROGRESS_URL) from every rank; `total_steps` gives the operator a percent and an ETA."""
     if env.checkpoint_dir is None:
         raise TrainerEnvironmentError("DTJ_CHECKPOINT_DIR (or AIP_CHECKPOINT_DIR) is not set")
     with ExitStack() as stack:
@@ -125,6 +148,9 @@ def open_session(
         reporter = None
         if context.is_rank_zero and env.metrics_port is not None:
             reporter = stack.enter_context(ProgressReporter(env.metrics_port, attempt=env.attempt))
+        poster = ProgressPoster.from_environ(total_steps=total_steps)
+        if poster is not None:
+            stack.enter_context(poster)
         checkpoints = CheckpointManager(env.checkpoint_dir, context, keep_last=keep_last, sharded=sharded)
         stack.callback(checkpoints.close)
         yield TrainingSession(
@@ -134,5 +160,6 @@ def open_session(
             termination,
             checkpoint_every_steps=checkpoint_every_steps,
             reporter=reporter,
+            poster=poster,
             asynchronous_checkpoints=asynchronous_checkpoints,
         )

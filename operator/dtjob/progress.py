@@ -1,0 +1,195 @@
+"""Training progress as the trainers report it, and what the operator makes of it. Pure.
+
+Every pod of a job may POST a report (docs/progress.md): its step, and from rank 0 also the epoch, loss,
+throughput, step time, the total step count and the last checkpoint's step. The adapter keeps the
+latest report of each pod of the current attempt (a `Ledger`); a pass turns the ledger into
+status.progress (`summary`) and judges whether the gang stopped stepping (`stall`).
+
+A stall is judged from the first step on (the start-up and the first step's compile before it do not
+count) and never while a pod says it is saving a checkpoint; leaving a save starts the clock afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+
+from dtjob.api import GROUP, Progress, parse_timestamp, timestamp
+from dtjob.api.rules import WireModel
+
+# The audience of the token each pod proves itself with: good for this and nothing else (not the API).
+AUDIENCE: Final = f"{GROUP}/progress"
+TOKEN_DIRECTORY: Final = f"/var/run/secrets/{GROUP}/progress"
+TOKEN_SECONDS: Final = 3600
+
+
+class Phase(StrEnum):
+    STARTING = "starting"
+    """Before the first step: loading, the rendezvous, the first step's compile."""
+    TRAINING = "training"
+    CHECKPOINTING = "checkpointing"
+    """Saving a checkpoint: a step that does not advance now is not a hang."""
+
+
+class Report(WireModel):
+    """One pod's report, the body of the POST (camelCase; unknown fields are refused)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    step: NonNegativeInt
+    """Optimizer steps completed."""
+    phase: Phase = Phase.TRAINING
+    total_steps: PositiveInt | None = None
+    epoch: NonNegativeInt | None = None
+    loss: float | None = None
+    samples_per_second: NonNegativeFloat | None = None
+    step_seconds: NonNegativeFloat | None = None
+    last_checkpoint_step: NonNegativeInt | None = None
+    message: str | None = Field(default=None, max_length=256)
+    """Free text for the Event a stall causes (what the rank was doing)."""
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """The latest report of one pod, with when its step last advanced and its phase last changed."""
+
+    pod: str
+    report: Report
+    received_at: datetime
+    advanced_at: datetime
+    phase_since: datetime
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The latest report of each pod of one attempt."""
+
+    attempt: int
+    pods: Mapping[str, PodReport]
+
+
+def received(ledger: Ledger | None, attempt: int, pod: str, report: Report, now: datetime) -> Ledger | None:
+    """The ledger with `report` of `pod` (of `attempt`, as its labels say) in it; None when the report
+    belongs to an attempt older than the ledger's (a pod of it still running down)."""
+    if ledger is not None and attempt < ledger.attempt:
+        return None
+    pods = dict(ledger.pods) if ledger is not None and ledger.attempt == attempt else {}
+    previous = pods.get(pod)
+    if previous is None:
+        pods[pod] = PodReport(pod, report, now, now, now)
+    else:
+        advanced = report.step > previous.report.step
+        changed_phase = report.phase != previous.report.phase
+        pods[pod] = PodReport(
+            pod,
+            report,
+            now,
+            now if advanced else previous.advanced_at,
+            now if changed_phase else previous.phase_since,
+        )
+    return Ledger(attempt, pods)
+
+
+def summary(ledger: Ledger, rank_zero: str) -> Progress:
+    """status.progress from the ledger: rank 0's report, or the most advanced pod's until rank 0 reports."""
+    lead = ledger.pods.get(rank_zero) or max(ledger.pods.values(), key=lambda p: (p.report.step, p.pod))
+    report = lead.report
+    percent = eta = None
+    if report.total_steps is not None:
+        percent = round(100.0 * min(report.step, report.total_steps) / report.total_steps, 1)
+        if report.step_seconds is not None and report.step >= 1:
+            left = max(report.total_steps - report.step, 0) * report.step_seconds
+            eta = timestamp(lead.advanced_at + timedelta(seconds=min(left, 10 * 365 * 86400)))
+    return Progress(
+        attempt=ledger.attempt,
+        step=report.step,
+        total_steps=report.total_steps,
+        percent=percent,
+        epoch=report.epoch,
+        loss=_rounded(report.loss),
+        samples_per_second=_rounded(report.samples_per_second),
+        step_seconds=_rounded(report.step_seconds),
+        last_checkpoint_step=report.last_checkpoint_step,
+        eta=eta,
+        updated_at=timestamp(lead.advanced_at),
+    )
+
+
+def _rounded(value: float | None) -> float | None:
+    """Four significant digits: a status that changed only in the noise is not worth a write."""
+    if value is None or value == 0:
+        return value
+    return round(value, 3 - math.floor(math.log10(abs(value))))
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A gang that stopped stepping: since when, at which step, and the pod that went quiet first."""
+
+    since: datetime
+    step: int
+    quiet_first: str | None
+    """The pod whose step stopped advancing first (None when judged from the status alone)."""
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where a gang stands against progressDeadlineSeconds: stalled, or seconds left (None: not judged)."""
+
+    stall: Stall | None = None
+    left: float | None = None
+
+
+def judge(
+    ledger: Ledger | None, recorded: Progress | None, attempt: int, deadline_seconds: int, now: datetime
+) -> Clock:
+    """Against the deadline, from the ledger of `attempt`; without one (a new leader, whose trainers'
+    reports went to the one before), from status.progress as recorded for that attempt."""
+    deadline = timedelta(seconds=deadline_seconds)
+    if ledger is not None and ledger.attempt == attempt and ledger.pods:
+        reports = list(ledger.pods.values())
+        if not any(p.report.step >= 1 for p in reports):
+            return Clock()  # still starting: the first step's compile is not a hang
+        if any(p.report.phase == Phase.CHECKPOINTING for p in reports):
+            return Clock()  # a save under way is not a hang, however long
+        lead = max(reports, key=lambda p: p.advanced_at)
+        since = max(lead.advanced_at, max(p.phase_since for p in reports))
+        if now - since < deadline:
+            return Clock(left=(since + deadline - now).total_seconds())
+        quiet = min(reports, key=lambda p: (p.advanced_at, p.pod))
+        return Clock(Stall(since, lead.report.step, quiet.pod, quiet.report.message))
+    if recorded is None or recorded.attempt != attempt or recorded.step < 1:
+        return Clock()
+    since = parse_timestamp(recorded.updated_at)
+    if now - since < deadline:
+        return Clock(left=(since + deadline - now).total_seconds())
+    return Clock(Stall(since, recorded.step, None))
+
+
+def describe(stall: Stall, deadline_seconds: int, now: datetime) -> str:
+    quiet = (
+        f"; pod {stall.quiet_first} was the first to stop advancing"
+        + (f" ({stall.note})" if stall.note else "")
+        if stall.quiet_first
+        else ""
+    )
+    waited = (now - stall.since).total_seconds()
+    return (
+        f"no step advance for {waited:.0f}s (progressDeadlineSeconds {deadline_seconds}) while every "
+        f"member ran: last step {stall.step} at {timestamp(stall.since)}{quiet}"
+    )
+
+
+def carried(old: Progress | None, ledger: Ledger | None, rank_zero: str, attempt: int) -> Progress | None:
+    """The status.progress a pass writes: the ledger's, when it has reports of the current attempt;
+    else what was recorded (a restarted gang shows where the last attempt got until it reports)."""
+    if ledger is not None and ledger.attempt == attempt and ledger.pods:
+        return summary(ledger, rank_zero)
+    return old

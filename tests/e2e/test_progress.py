@@ -1,0 +1,137 @@
+"""Training progress and hang detection with real pods and real training (tier C).
+
+The operator takes progress reports (its intake on a port of this machine, which the pods reach at the
+node's address); the trainers report with their projected, pod-bound token, checked by the apiserver's
+TokenReview. The DDP example's status.progress advances while it runs and ends at its last step; a rank
+made to hang is restarted by progressDeadlineSeconds and the gang resumes from its checkpoint, while a
+checkpoint save longer than the deadline is not taken for a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+from kubernetes import client
+
+from dtjob.api import parse_timestamp
+from hack import images
+from hack.examples import fresh_checkpoint_dir
+from localcluster import Cluster
+from localcluster.layout import NODE_IP
+from tests.e2e.test_gang_restart import result_line
+from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.trainer.local_gang import free_port
+from tests.waiting import wait_for
+
+EXAMPLE = REPO / "examples" / "ddp-progress.yaml"
+STEPS_PER_EPOCH = 23
+
+
+@contextlib.contextmanager
+def operator_taking_reports(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[KopfRunner]:
+    port = free_port()
+    monkeypatch.setenv("DTJOB_PROGRESS_PORT", str(port))
+    monkeypatch.setenv("DTJOB_PROGRESS_URL", f"http://{NODE_IP}:{port}/v1/progress")
+    monkeypatch.setenv("DTJOB_PROGRESS_STATUS_SECONDS", "1")
+    with running_operator(cluster, namespace) as runner:
+        yield runner
+
+
+def example(name: str, args: list[str], **run_policy: Any) -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
+    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
+    trainer["args"] = args
+    job["spec"]["runPolicy"].update(run_policy)
+    fresh_checkpoint_dir(job)
+    return job
+
+
+def progress_of(jobs: Jobs, name: str) -> dict[str, Any] | None:
+    progress: dict[str, Any] | None = (jobs.get(name).get("status") or {}).get("progress")
+    return progress
+
+
+def test_the_status_shows_the_steps_as_they_advance_and_the_last_step_at_the_end(
+    cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    epochs = 400  # about 40 s of training on this machine: time for the ETA to be judged
+    total = epochs * STEPS_PER_EPOCH
+    job = example("progress", ["--epochs", str(epochs), "--checkpoint-every", "500"])
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    seen: list[dict[str, Any]] = []
+    etas: list[tuple[datetime, datetime]] = []
+
+    def watched(progress: dict[str, Any] | None) -> dict[str, Any] | None:
+        if progress and (not seen or progress != seen[-1]):
+            seen.append(progress)
+            if progress.get("eta") and total / 2 <= progress["step"] < total:
+                etas.append((datetime.now(UTC), parse_timestamp(progress["eta"])))
+        return progress
+
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+        jobs.create(job)
+        wait_for(
+            lambda: (p := watched(progress_of(jobs, "progress"))) and p["step"] >= 1, "a first step", 300
+        )
+        wait_for(
+            lambda: watched(progress_of(jobs, "progress")) and jobs.condition("progress", "Succeeded"),
+            "the job to succeed", 600, interval=0.5,
+        )  # fmt: skip
+    final = progress_of(jobs, "progress")
+    assert final is not None
+    finished = parse_timestamp(final["updatedAt"])  # the last step's report: training's end
+    assert (final["step"], final["totalSteps"], final["percent"], final["attempt"]) == (
+        total,
+        total,
+        100.0,
+        1,
+    )
+    assert result_line(core, namespace, "progress-worker-0")["step"] == total
+    steps = [p["step"] for p in seen]
+    assert len(set(steps)) >= 3 and steps == sorted(steps), f"the step did not advance while it ran: {steps}"
+    assert final["lastCheckpointStep"] >= total - 500 and final["samplesPerSecond"] > 0 and final["loss"] >= 0
+    # The ETA, in the second half, was within 20% of the time really left when it was seen (and 3 s: the
+    # status's timestamps are whole seconds, and it is written at most every second).
+    assert etas, f"no ETA in the second half: {seen}"
+    for when, eta in etas:
+        left = (finished - when).total_seconds()
+        predicted = (eta - when).total_seconds()
+        assert abs(predicted - left) <= 0.2 * left + 3, f"ETA {predicted:.0f}s, really {left:.0f}s left"
+
+
+def test_a_hung_rank_restarts_the_gang_from_its_checkpoint_and_a_long_save_is_not_a_hang(
+    cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    deadline = 30
+    args = ["--epochs", "20", "--checkpoint-every", "20", "--slow-save-seconds", str(deadline + 15),
+            "--hang-at-step", "60", "--hang-rank", "1"]  # fmt: skip
+    job = example("hang", args, progressDeadlineSeconds=deadline)
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+        jobs.create(job)
+        jobs.wait_condition("hang", "Succeeded", timeout=600)
+    status = jobs.get("hang")["status"]
+    # One restart, for the hang: the save at step 20, longer than the deadline, was not one.
+    assert status["restarts"] == {"failures": 0, "preemptions": 0, "hangs": 1, "total": 1}, status
+    assert status["lastRestart"]["reason"] == "ProgressDeadlineExceeded"
+    message = status["lastRestart"]["message"]
+    assert "last step 60" in message and "pod hang-worker-1 was the first to stop advancing" in message, (
+        message
+    )
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=hang").items
+    assert any(e.reason == "ProgressDeadlineExceeded" and "last step 60" in e.message for e in events)
+    resumed = result_line(core, namespace, "hang-worker-0")
+    assert resumed["resumed_from_step"] == 60, resumed  # the checkpoint at step 60, before the hang
+    assert status["progress"]["attempt"] == 2 and status["progress"]["step"] == 20 * STEPS_PER_EPOCH

@@ -1,0 +1,183 @@
+"""Progress reports: the ledger, status.progress, and hang detection in whole passes (reconcile)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from dtjob.desired import render_children
+from dtjob.plan import Event, reconcile
+from dtjob.progress import Ledger, Phase, Report, judge, received, summary
+from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
+from tests.unit.test_plan import after
+
+DEADLINE = 60
+JOB = manifest(
+    ("Master", 1),
+    ("Worker", 1),
+    checkpoint=SHARED_CHECKPOINTS,
+    runPolicy={"progressDeadlineSeconds": DEADLINE, "maxHangRestarts": 1},
+)
+MASTER, WORKER = "mnist-master-0", "mnist-worker-0"
+
+
+def at(seconds: float) -> Any:
+    return NOW + timedelta(seconds=seconds)
+
+
+def reports(*entries: tuple[float, str, dict[str, Any]], attempt: int = 1) -> Ledger | None:
+    """A ledger fed (seconds after NOW, pod, report) in order."""
+    ledger: Ledger | None = None
+    for seconds, pod, body in entries:
+        ledger = received(ledger, attempt, pod, Report.model_validate(body), at(seconds))
+    return ledger
+
+
+def running_job(job: dict[str, Any] = JOB) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    started = after(job, reconcile(job, [], NOW))
+    children = [service_of(job), *(running(p) for p in pods_of(job).values())]
+    return after(started, reconcile(started, children, NOW)), children
+
+
+def test_a_report_names_the_field_it_gets_wrong_and_refuses_unknown_ones() -> None:
+    with pytest.raises(ValidationError, match="step"):
+        Report.model_validate({"step": -1})
+    with pytest.raises(ValidationError, match="stepz"):
+        Report.model_validate({"step": 1, "stepz": 2})
+    with pytest.raises(ValidationError, match="loss"):
+        Report.model_validate_json('{"step": 1, "loss": NaN}')
+    assert (
+        Report.model_validate({"step": 3, "totalSteps": 10, "phase": "checkpointing"}).phase
+        == Phase.CHECKPOINTING
+    )
+
+
+def test_the_summary_is_rank_zeros_report_with_percent_and_an_eta_from_the_step_time() -> None:
+    ledger = reports(
+        (0, WORKER, {"step": 41}),
+        (5, MASTER, {"step": 40, "totalSteps": 400, "epoch": 1, "loss": 0.123456, "stepSeconds": 0.5,
+                     "samplesPerSecond": 1234.5678, "lastCheckpointStep": 20}),
+    )  # fmt: skip
+    assert ledger is not None
+    progress = summary(ledger, MASTER)
+    assert (progress.step, progress.total_steps, progress.percent, progress.epoch) == (40, 400, 10.0, 1)
+    assert (progress.loss, progress.samples_per_second, progress.last_checkpoint_step) == (0.1235, 1235.0, 20)
+    assert progress.updated_at == "2030-01-01T12:00:05Z"
+    assert progress.eta == "2030-01-01T12:03:05Z"  # 360 steps x 0.5 s after the report
+    # Before rank 0 reports, the most advanced pod stands in.
+    assert summary(reports((0, WORKER, {"step": 7})), MASTER).step == 7  # type: ignore[arg-type]
+
+
+def test_a_report_of_an_older_attempt_is_dropped_and_a_newer_attempt_starts_a_fresh_ledger() -> None:
+    ledger = reports((0, MASTER, {"step": 9}), attempt=2)
+    assert received(ledger, 1, MASTER, Report(step=50), at(1)) is None
+    newer = received(ledger, 3, WORKER, Report(step=1), at(2))
+    assert newer is not None and (newer.attempt, list(newer.pods)) == (3, [WORKER])
+
+
+def test_the_clock_starts_at_the_first_step_and_stops_while_a_checkpoint_is_saved() -> None:
+    starting = reports((0, MASTER, {"step": 0, "phase": "starting"}))
+    assert judge(starting, None, 1, DEADLINE, at(1000)).stall is None  # compiling is not a hang
+    stepping = reports((0, MASTER, {"step": 1}), (10, MASTER, {"step": 5}), (10, WORKER, {"step": 5}))
+    assert judge(stepping, None, 1, DEADLINE, at(30)).left == pytest.approx(40)
+    saving = received(stepping, 1, MASTER, Report(step=5, phase=Phase.CHECKPOINTING), at(20))
+    assert judge(saving, None, 1, DEADLINE, at(1000)).stall is None  # a long save is not a hang
+    saved = received(saving, 1, MASTER, Report(step=5), at(500))
+    assert judge(saved, None, 1, DEADLINE, at(530)).left == pytest.approx(30)  # afresh from the save's end
+    stall = judge(saved, None, 1, DEADLINE, at(560)).stall
+    assert stall is not None and stall.step == 5
+
+
+def test_the_pod_that_stopped_advancing_first_is_named() -> None:
+    ledger = reports(
+        (0, MASTER, {"step": 1}), (0, WORKER, {"step": 1}),
+        (10, MASTER, {"step": 2}), (12, WORKER, {"step": 2}),
+        (20, WORKER, {"step": 3, "message": "in the data loader"}), (21, MASTER, {"step": 3}),
+        (30, MASTER, {"step": 4}),  # the worker never reports step 4
+    )  # fmt: skip
+    stall = judge(ledger, None, 1, DEADLINE, at(95)).stall
+    assert stall is not None
+    assert (stall.since, stall.step, stall.quiet_first, stall.note) == (
+        at(30),
+        4,
+        WORKER,
+        "in the data loader",
+    )
+
+
+def test_without_reports_a_new_leader_judges_from_the_recorded_progress_of_the_attempt() -> None:
+    recorded = summary(reports((0, MASTER, {"step": 12})), MASTER)  # type: ignore[arg-type]
+    assert judge(None, recorded, 1, DEADLINE, at(59)).left == pytest.approx(1)
+    assert judge(None, recorded, 1, DEADLINE, at(61)).stall is not None
+    assert judge(None, recorded, 2, DEADLINE, at(61)) == judge(None, None, 2, DEADLINE, at(61))
+
+
+def test_a_pass_writes_the_progress_and_requeues_for_the_deadline() -> None:
+    job, children = running_job()
+    ledger = reports((0, MASTER, {"step": 3, "totalSteps": 30}), (1, WORKER, {"step": 3}))
+    plan = reconcile(job, children, at(10), ledger=ledger)
+    assert plan.status is not None
+    assert plan.status["progress"] == {
+        "attempt": 1, "step": 3, "totalSteps": 30, "percent": 10.0, "updatedAt": "2030-01-01T12:00:00Z"
+    }  # fmt: skip
+    assert plan.requeue_after == pytest.approx(51)  # the worker's first report, at 1 s, is the latest
+    quiet = reconcile(after(job, plan), children, at(11), ledger=ledger)
+    assert quiet.status is None  # nothing new: nothing written
+
+
+def test_a_hung_gang_restarts_as_its_own_cause_and_fails_past_max_hang_restarts() -> None:
+    job, children = running_job()
+    ledger = reports((0, MASTER, {"step": 3}), (0, WORKER, {"step": 2}))
+    plan = reconcile(job, children, at(61), ledger=ledger)
+    assert plan.status is not None
+    assert plan.status["restarts"] == {"failures": 0, "preemptions": 0, "hangs": 1, "total": 1}
+    assert plan.status["lastRestart"]["reason"] == "ProgressDeadlineExceeded"
+    message = (
+        "no step advance for 61s (progressDeadlineSeconds 60) while every member ran: last step 3 at "
+        f"2030-01-01T12:00:00Z; pod {MASTER} was the first to stop advancing"
+    )
+    assert plan.events == [Event("Warning", "ProgressDeadlineExceeded", f"attempt 2: {message}")]
+    assert plan.requeue_after == 0.0  # no back-off: the next pass tears the hung gang down
+    restarted = after(job, plan)
+    second = [service_of(JOB), *(running(p) for p in pods_of(JOB, attempt=2).values())]
+    ledger = reports((100, MASTER, {"step": 5}), attempt=2)
+    failed = reconcile(restarted, second, at(161), ledger=ledger)
+    assert failed.status is not None and failed.status["phase"] == "Failed"
+    assert failed.status["conditions"][-1]["message"].startswith("maxHangRestarts (1) reached; last: no step")
+
+
+def test_no_hang_is_judged_while_a_member_is_not_running_or_without_the_policy() -> None:
+    job, children = running_job()
+    stalled = reports((0, MASTER, {"step": 3}))
+    pending = [child for child in children if child["metadata"]["name"] != WORKER]
+    pending.append(pods_of(JOB)[WORKER])  # created, not running yet
+    waiting = reconcile(job, pending, at(600), ledger=stalled).status
+    assert waiting is not None and (waiting["attempt"], waiting["restarts"]["total"]) == (1, 0)
+    plain = manifest(("Master", 1), ("Worker", 1), checkpoint=SHARED_CHECKPOINTS)
+    plain_job, plain_children = running_job(plain)
+    plan = reconcile(plain_job, plain_children, at(600), ledger=stalled)
+    assert plan.status is not None and plan.status["restarts"]["total"] == 0  # progress is shown all the same
+    assert plan.status["progress"]["step"] == 3
+
+
+def test_pods_get_the_intake_url_and_a_token_for_its_audience_only_when_the_operator_has_one() -> None:
+    plan = reconcile(JOB, [], NOW, progress_url="http://dtjob-progress.dtjob-system.svc:8082/v1/progress")
+    pod = plan.create[0]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["DTJ_PROGRESS_URL"] == "http://dtjob-progress.dtjob-system.svc:8082/v1/progress"
+    assert env["DTJ_PROGRESS_TOKEN_FILE"] == "/var/run/secrets/training.dtjob.io/progress/token"
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "dtj-progress-token")
+    assert volume["projected"]["sources"] == [
+        {
+            "serviceAccountToken": {
+                "audience": "training.dtjob.io/progress",
+                "expirationSeconds": 3600,
+                "path": "token",
+            }
+        }
+    ]
+    without = next(c for c in render_children(JOB, 1) if c["kind"] == "Pod")
+    assert "DTJ_PROGRESS_URL" not in {e["name"] for e in without["spec"]["containers"][0]["env"]}
