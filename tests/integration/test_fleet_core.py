@@ -201,7 +201,7 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     # The pass asks first: they exist, so nothing restarts and nothing is written.
     slot = threading.BoundedSemaphore(1)
     plan, _, _, lagging = _pass(
-        slot, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False, {})
+        slot, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False, {}), None
     )
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
