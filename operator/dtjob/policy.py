@@ -41,7 +41,7 @@ from dtjob.observed import (
     PodView,
 )
 from dtjob.preflight import FAILED as PREFLIGHT_FAILED
-from dtjob.progress import Ledger, describe, judge
+from dtjob.progress import Ledger, judge, stall_message
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -177,7 +177,7 @@ def decide(
     if (deadline := policy.progress_deadline_seconds) is not None and _all_running(training, current):
         clock = judge(ledger, status.progress, gang.attempt, deadline, now)
         if clock.stall is not None:
-            cause = describe(clock.stall, deadline, now)
+            cause = stall_message(clock.stall, deadline, now)
             if status.restarts.hangs >= policy.max_hang_restarts:
                 message = f"maxHangRestarts ({policy.max_hang_restarts}) reached; last: {cause}"
                 return Decision(Action.FAIL, Reason.PROGRESS_DEADLINE_EXCEEDED, message)

@@ -61,7 +61,6 @@ class PodReport:
 
     pod: str
     report: Report
-    received_at: datetime
     advanced_at: datetime
     phase_since: datetime
 
@@ -82,14 +81,13 @@ def received(ledger: Ledger | None, attempt: int, pod: str, report: Report, now:
     pods = dict(ledger.pods) if ledger is not None and ledger.attempt == attempt else {}
     previous = pods.get(pod)
     if previous is None:
-        pods[pod] = PodReport(pod, report, now, now, now)
+        pods[pod] = PodReport(pod, report, now, now)
     else:
         advanced = report.step > previous.report.step
         changed_phase = report.phase != previous.report.phase
         pods[pod] = PodReport(
             pod,
             report,
-            now,
             now if advanced else previous.advanced_at,
             now if changed_phase else previous.phase_since,
         )
@@ -173,7 +171,7 @@ def judge(
     return Clock(Stall(since, recorded.step, None))
 
 
-def describe(stall: Stall, deadline_seconds: int, now: datetime) -> str:
+def stall_message(stall: Stall, deadline_seconds: int, now: datetime) -> str:
     quiet = (
         f"; pod {stall.quiet_first} was the first to stop advancing"
         + (f" ({stall.note})" if stall.note else "")

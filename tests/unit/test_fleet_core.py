@@ -74,6 +74,16 @@ def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -
     assert bucket.reserve() > 0
 
 
+def test_trying_the_bucket_takes_a_token_only_when_one_is_at_hand() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=10, burst=2, clock=lambda: now[0])
+    assert [bucket.try_take() for _ in range(3)] == [True, True, False]
+    now[0] = 0.05  # half a token: still none, and nothing owed
+    assert bucket.try_take() is False
+    now[0] = 0.1
+    assert bucket.try_take() is True
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -81,9 +91,11 @@ def test_the_token_bucket_lets_a_burst_through_then_spaces_calls_at_the_rate() -
         pytest.param(
             {"DTJOB_MAX_CONCURRENT_PASSES": "4", "DTJOB_API_QPS": "50", "DTJOB_API_BURST": "100", "DTJOB_METRICS_PORT": "8080",
              "DTJOB_TCPX_DAEMON_IMAGE": "r/tcpx:1", "DTJOB_TCPXO_DAEMON_IMAGE": "r/tcpxo:2", "DTJOB_KUEUE": "false",
-             "DTJOB_MANAGE_CRD": "false"},
+             "DTJOB_MANAGE_CRD": "false", "DTJOB_PROGRESS_PORT": "8082", "DTJOB_PROGRESS_URL": "http://p:8082/v1/progress",
+             "DTJOB_PROGRESS_STATUS_SECONDS": "5"},
             OperatorSettings(max_concurrent_passes=4, api_qps=50.0, api_burst=100, metrics_port=8080, kueue=False,
-                             manage_crd=False,
+                             manage_crd=False, progress_port=8082, progress_url="http://p:8082/v1/progress",
+                             progress_status_seconds=5.0,
                              daemon_images={NcclProfileName.GPUDIRECT_TCPX: "r/tcpx:1", NcclProfileName.GPUDIRECT_TCPXO: "r/tcpxo:2"}),
             id="every setting from its variable",
         ),
@@ -103,6 +115,11 @@ def test_settings_come_from_the_environment(env: dict[str, str], expected: Opera
         pytest.param({"DTJOB_API_BURST": "2.5"}, "is not a int", id="a fraction for a count"),
         pytest.param(
             {"DTJOB_KUEUE": "yes"}, "DTJOB_KUEUE='yes' is not true or false", id="a word for a switch"
+        ),
+        pytest.param(
+            {"DTJOB_PROGRESS_URL": "http://p/v1/progress"},
+            "DTJOB_PROGRESS_PORT is not",
+            id="a URL with no intake",
         ),
     ],
 )

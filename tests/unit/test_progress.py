@@ -181,3 +181,13 @@ def test_pods_get_the_intake_url_and_a_token_for_its_audience_only_when_the_oper
     ]
     without = next(c for c in render_children(JOB, 1) if c["kind"] == "Pod")
     assert "DTJ_PROGRESS_URL" not in {e["name"] for e in without["spec"]["containers"][0]["env"]}
+
+
+def test_a_progress_field_the_trainer_stops_sending_is_gone_from_the_stored_status() -> None:
+    job, children = running_job()
+    timed = reports((0, MASTER, {"step": 3, "totalSteps": 30, "stepSeconds": 0.5, "loss": 1.0}))
+    stored = after(job, reconcile(job, children, at(1), ledger=timed))
+    assert {"eta", "loss", "stepSeconds"} <= set(stored["status"]["progress"])
+    plain = received(timed, 1, MASTER, Report(step=4), at(2))  # a script that reports the step alone
+    stored = after(stored, reconcile(stored, children, at(3), ledger=plain))  # the merge patch, applied
+    assert stored["status"]["progress"] == {"attempt": 1, "step": 4, "updatedAt": "2030-01-01T12:00:02Z"}

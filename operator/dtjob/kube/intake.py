@@ -7,7 +7,7 @@
 
 204: taken. 400: the body is not a report (the message names the field). 401: no token, or one the
 apiserver does not accept for that audience. 404: the token's pod is not a pod of a job this operator
-reads. 503: this replica is a standby (the next try may reach the leader through the Service), or the
+reads. 429: too many new tokens to review this second (report again later). 503: this replica is a standby (the next try may reach the leader through the Service), or the
 apiserver could not check the token.
 
 Who reports is the pod the token is bound to, as the apiserver's TokenReview says: a pod can report
@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from dtjob.api.errors import describe
 from dtjob.kube import io
+from dtjob.kube.throttle import TokenBucket
 from dtjob.progress import AUDIENCE, Report
 
 PATH: Final = "/v1/progress"
@@ -45,6 +46,11 @@ REVIEW_MEMORY_SECONDS: Final = 3600.0
 # A token the apiserver refused is refused again for this long without asking (a misconfigured pod
 # retrying must not turn into a TokenReview a second).
 REFUSAL_MEMORY_SECONDS: Final = 30.0
+# New tokens reviewed a second, at most (429 past it: the trainer tries with its next report). Reviews
+# share the operator's API rate limit with the passes: made-up tokens from inside the cluster must not
+# starve them. 8,000 pods reporting after an operator restart are all reviewed within 7 minutes.
+REVIEWS_PER_SECOND: Final = 20.0
+REVIEW_BURST: Final = 100
 REVIEWS_REMEMBERED: Final = 20_000
 
 log = logging.getLogger(__name__)
@@ -65,10 +71,15 @@ Lookup = Callable[[io.PodIdentity], Reporter | None]
 Take = Callable[[Reporter, Report], None]
 
 
+class Busy(Exception):
+    """More new tokens than REVIEWS_PER_SECOND: this one is not reviewed now."""
+
+
 class Intake:
     def __init__(self, lookup: Lookup, take: Take, acting: Callable[[], bool]) -> None:
         self._lookup, self._take, self._acting = lookup, take, acting
         self._reviews: OrderedDict[str, tuple[float, io.PodIdentity | None]] = OrderedDict()
+        self._new_tokens = TokenBucket(REVIEWS_PER_SECOND, REVIEW_BURST)
         self._runner: web.AppRunner | None = None
 
     async def serve(self, port: int, host: str = "0.0.0.0") -> None:
@@ -93,6 +104,8 @@ class Intake:
             )
         try:
             identity = await self._identity(token.strip())
+        except Busy:
+            return web.Response(status=429, text="too many new tokens to check now: report again later\n")
         except Exception as err:  # the apiserver away: the trainer tries again with its next report
             log.warning("could not review a progress reporter's token: %s", err)
             return web.Response(status=503, text="cannot check the token now: try again\n")
@@ -114,6 +127,8 @@ class Intake:
         now = time.monotonic()
         if (known := self._reviews.get(key)) is not None and known[0] > now:
             return known[1]
+        if not self._new_tokens.try_take():
+            raise Busy
         identity = await asyncio.to_thread(io.review_token, token, AUDIENCE)
         memory = (
             min(REVIEW_MEMORY_SECONDS, _lifetime(token)) if identity is not None else REFUSAL_MEMORY_SECONDS

@@ -30,6 +30,17 @@ class TokenBucket:
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
+    def try_take(self) -> bool:
+        """Take one token if one is at hand now; False (nothing taken) otherwise."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+            self._stamp = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
+
     def take(self) -> None:
         """Block the calling (worker) thread until a call may go out."""
         if (delay := self.reserve()) > 0:

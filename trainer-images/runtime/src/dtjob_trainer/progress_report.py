@@ -3,8 +3,8 @@
 The operator puts the intake's URL in DTJ_PROGRESS_URL and a pod-bound token for it in the file
 DTJ_PROGRESS_TOKEN_FILE. A background thread sends the latest report when it changed, at most every
 DTJ_PROGRESS_INTERVAL_SECONDS (10 s by default), at once when the phase changes (a checkpoint save begins
-or ends), and a last one on close. Nothing changed: nothing is sent. A failed POST is logged and the
-next report tries again: progress reporting never stops training.
+or ends), and a last one on close. Nothing changed: nothing is sent. A report not taken is logged (once
+at warning level) and sent again at the next round: progress reporting never stops training.
 
 The protocol is tiny on purpose; a script without this runtime reports with one request:
 
@@ -74,20 +74,21 @@ class ProgressPoster:
     def record_step(
         self, step: int, epoch: int | None = None, loss: float | None = None, samples: int = 0
     ) -> None:
-        """`samples`: processed by all ranks in this step (0: unknown)."""
+        """`samples`: processed by all ranks in this step (0: unknown). Cheap: on every step of every rank,
+        it only records; the sending thread works out step time and throughput."""
         now = time.monotonic()
-        self._recent.append((now, samples))
-        update: dict[str, Any] = {"step": step, "phase": TRAINING}
-        if epoch is not None:
-            update["epoch"] = epoch
-        if loss is not None and loss == loss:  # NaN is no JSON number
-            update["loss"] = loss
-        if len(self._recent) > 1 and (elapsed := now - self._recent[0][0]) > 0:
-            # The first entry only marks the window's start.
-            update["stepSeconds"] = elapsed / (len(self._recent) - 1)
-            if samples:
-                update["samplesPerSecond"] = sum(n for _, n in list(self._recent)[1:]) / elapsed
-        self._update(update)
+        with self._changed:
+            self._recent.append((now, samples))
+            report = self._report
+            report["step"] = step
+            if epoch is not None:
+                report["epoch"] = epoch
+            if loss is not None and loss == loss:  # NaN is no JSON number
+                report["loss"] = loss
+            if report["phase"] != TRAINING:
+                report["phase"] = TRAINING
+                self._urgent = True
+                self._changed.notify()
 
     def record_checkpoint(self, step: int) -> None:
         self._update({"lastCheckpointStep": step})
@@ -119,6 +120,16 @@ class ProgressPoster:
             if self._urgent:
                 self._changed.notify()
 
+    def _snapshot(self) -> dict[str, Any]:
+        """The report to send, with the step time and throughput over the last steps (lock held)."""
+        report = dict(self._report)
+        if len(self._recent) > 1 and (elapsed := self._recent[-1][0] - self._recent[0][0]) > 0:
+            # The first entry only marks the window's start.
+            report["stepSeconds"] = elapsed / (len(self._recent) - 1)
+            if samples := sum(n for _, n in list(self._recent)[1:]):
+                report["samplesPerSecond"] = samples / elapsed
+        return report
+
     def _run(self) -> None:
         last = float("-inf")
         while True:
@@ -129,17 +140,19 @@ class ProgressPoster:
                     timeout=remaining if remaining > 0 else self._interval,
                 )
                 due = self._urgent or self._closing or time.monotonic() >= last + self._interval
-                report = dict(self._report) if due and self._report != self._sent else None
+                snapshot = self._snapshot()
+                report = snapshot if due and snapshot != self._sent else None
                 self._urgent = False
                 closing = self._closing
             if report is not None:
-                self._post(report)
-                self._sent = report
+                if self._post(report):  # one not taken goes again with the next round, changed or not
+                    self._sent = report
                 last = time.monotonic()
             if closing:
                 return
 
-    def _post(self, report: Mapping[str, Any]) -> None:
+    def _post(self, report: Mapping[str, Any]) -> bool:
+        """Whether the intake took the report."""
         body = json.dumps(report).encode()
         for attempt in range(1, _TRIES + 1):
             try:
@@ -151,15 +164,16 @@ class ProgressPoster:
                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
                 )
                 with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS):
-                    return
+                    return True
             except urllib.error.HTTPError as err:
                 if err.code == 503 and attempt < _TRIES:
                     continue
                 self._warn(f"{err.code} {err.read().decode(errors='replace').strip()}")
-                return
+                return False
             except OSError as err:
                 self._warn(repr(err))
-                return
+                return False
+        return False
 
     def _warn(self, what: str) -> None:
         # Once at warning level: a misconfigured intake must not flood the training log.
