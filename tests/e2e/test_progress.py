@@ -9,40 +9,23 @@ checkpoint save longer than the deadline is not taken for a hang.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
 from kubernetes import client
 
 from dtjob.api import parse_timestamp
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from localcluster.layout import NODE_IP
 from tests.e2e.test_gang_restart import result_line
-from tests.integration.conftest import REPO, Jobs, running_operator
-from tests.trainer.local_gang import free_port
+from tests.integration.conftest import REPO, Jobs, operator_taking_reports
 from tests.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "ddp-progress.yaml"
 STEPS_PER_EPOCH = 23
-
-
-@contextlib.contextmanager
-def operator_taking_reports(
-    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[KopfRunner]:
-    port = free_port()
-    monkeypatch.setenv("DTJOB_PROGRESS_PORT", str(port))
-    monkeypatch.setenv("DTJOB_PROGRESS_URL", f"http://{NODE_IP}:{port}/v1/progress")
-    monkeypatch.setenv("DTJOB_PROGRESS_STATUS_SECONDS", "1")
-    with running_operator(cluster, namespace) as runner:
-        yield runner
 
 
 def example(name: str, args: list[str], **run_policy: Any) -> dict[str, Any]:
@@ -115,7 +98,7 @@ def test_a_hung_rank_restarts_the_gang_from_its_checkpoint_and_a_long_save_is_no
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     deadline = 30
-    args = ["--epochs", "20", "--checkpoint-every", "20", "--slow-save-seconds", str(deadline + 15),
+    args = ["--epochs", "20", "--checkpoint-every", "20", "--slow-save-seconds", str(deadline + 5),
             "--hang-at-step", "60", "--hang-rank", "1"]  # fmt: skip
     job = example("hang", args, progressDeadlineSeconds=deadline)
     images.ensure(cluster_c, images.TORCH_TRAINER)

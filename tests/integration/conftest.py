@@ -21,6 +21,8 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from localcluster import Cluster, sim
+from localcluster.layout import NODE_IP
+from tests.ports import free_port
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +52,21 @@ def running_operator(cluster: Cluster, namespace: str) -> Iterator[KopfRunner]:
     # A clean stop, and no handler ever crashed with a traceback.
     assert runner.exception is None, runner.exception
     assert "Traceback" not in runner.output, runner.output[-4000:]
+
+
+@contextlib.contextmanager
+def operator_taking_reports(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch, **env: str
+) -> Iterator[tuple[KopfRunner, str]]:
+    """`running_operator` with its progress intake on a free port (the pods reach it at the node's
+    address), writing status on reports at most every second; yields it and the intake's URL."""
+    port = free_port()
+    url = f"http://{NODE_IP}:{port}/v1/progress"
+    for name, value in {"DTJOB_PROGRESS_PORT": str(port), "DTJOB_PROGRESS_URL": url,
+                        "DTJOB_PROGRESS_STATUS_SECONDS": "1", **env}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    with running_operator(cluster, namespace) as runner:
+        yield runner, url
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from dtjob import crd
 from dtjob.api import CRD_NAME
 from localcluster import Cluster
 from tests.integration.conftest import GROUP, PLURAL, REPO, VERSION, pytorch_job
-from tests.integration.test_readers import blind_kubeconfig, free_port, health
+from tests.integration.test_readers import blind_kubeconfig, health
+from tests.ports import free_port
 from tests.waiting import wait_for
 
 BROKEN_SINCE = "2030-01-01T00:00:00Z"

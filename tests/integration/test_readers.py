@@ -4,7 +4,6 @@ instead of leaving it waiting forever behind a green health check."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -17,6 +16,7 @@ from kubernetes import client
 
 from localcluster import Cluster
 from tests.integration.conftest import GROUP, REPO
+from tests.ports import free_port
 from tests.waiting import wait_for
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"  # the local cluster's --service-account-issuer
@@ -47,12 +47,6 @@ def blind_kubeconfig(cluster: Cluster, core: client.CoreV1Api, namespace: str, p
         context["context"]["user"] = "blind"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def health(url: str) -> tuple[int, str]:

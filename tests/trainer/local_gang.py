@@ -16,9 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +33,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.desired import render_children
+from tests.ports import free_port
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,35 +44,6 @@ Results = dict[str, dict[str, Any]]
 T = TypeVar("T")
 # Rank 0's address as the operator renders it, for one process per pod and for torchrun.
 _TORCH_RENDEZVOUS_VARS = (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT"))
-
-
-def _ephemeral_ports() -> range:
-    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    return range(int(low), int(high) + 1)
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range, never handed out before in this run.
-
-    Not `bind(("127.0.0.1", 0))`: that port is in the range outgoing connections take their source
-    port from, so a gRPC or gloo client retrying a peer that is not listening yet can end up connected
-    to itself on the peer's port (TCP self-connect) or hold it when the peer binds.
-    """
-    below = range(20000, _ephemeral_ports().start)
-    for port in random.sample(below, len(below)):
-        if port in _handed_out:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise AssertionError(f"no free port in {below}")
 
 
 def example_module(name: str) -> ModuleType:

@@ -6,7 +6,8 @@ import urllib.request
 
 from dtjob_trainer.progress import ProgressReporter
 
-from tests.trainer.local_gang import free_port, scrape
+from tests.ports import free_port
+from tests.trainer.local_gang import scrape
 
 
 def test_progress_is_served_in_prometheus_text_format() -> None:

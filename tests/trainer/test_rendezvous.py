@@ -14,7 +14,8 @@ from dtjob_trainer.environment import TorchRendezvous
 from dtjob_trainer.pytorch.distributed import init_distributed
 from dtjob_trainer.reachability import RendezvousTimeout
 
-from tests.trainer.local_gang import REPO, free_port
+from tests.ports import free_port
+from tests.trainer.local_gang import REPO
 from tests.waiting import wait_for
 
 
