@@ -63,6 +63,8 @@ class PodReport:
     report: Report
     advanced_at: datetime
     phase_since: datetime
+    first_step: tuple[datetime, int] | None = None
+    """When this pod first reported a step past 0 in the attempt, and which: the pace since is the ETA's."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,11 @@ def received(ledger: Ledger | None, attempt: int, pod: str, report: Report, now:
         return None
     pods = dict(ledger.pods) if ledger is not None and ledger.attempt == attempt else {}
     previous = pods.get(pod)
+    first_step = previous.first_step if previous is not None else None
+    if first_step is None and report.step >= 1:
+        first_step = (now, report.step)
     if previous is None:
-        pods[pod] = PodReport(pod, report, now, now)
+        pods[pod] = PodReport(pod, report, now, now, first_step)
     else:
         advanced = report.step > previous.report.step
         changed_phase = report.phase != previous.report.phase
@@ -90,6 +95,7 @@ def received(ledger: Ledger | None, attempt: int, pod: str, report: Report, now:
             report,
             now if advanced else previous.advanced_at,
             now if changed_phase else previous.phase_since,
+            first_step,
         )
     return Ledger(attempt, pods)
 
@@ -101,8 +107,8 @@ def summary(ledger: Ledger, rank_zero: str) -> Progress:
     percent = eta = None
     if report.total_steps is not None:
         percent = round(100.0 * min(report.step, report.total_steps) / report.total_steps, 1)
-        if report.step_seconds is not None and report.step >= 1:
-            left = max(report.total_steps - report.step, 0) * report.step_seconds
+        if (pace := _pace(lead)) is not None:
+            left = max(report.total_steps - report.step, 0) * pace
             eta = timestamp(lead.advanced_at + timedelta(seconds=min(left, 10 * 365 * 86400)))
     return Progress(
         attempt=ledger.attempt,
@@ -117,6 +123,19 @@ def summary(ledger: Ledger, rank_zero: str) -> Progress:
         eta=eta,
         updated_at=timestamp(lead.advanced_at),
     )
+
+
+def _pace(lead: PodReport) -> float | None:
+    """Seconds a step, for the ETA: the attempt's average since the pod's first step, as reports came
+    (saves, evaluations and data-loader stalls included, as they will be in the steps left); before a
+    second step is seen, the trainer's own recent step time. The trainer's figure alone covers its last
+    few steps only: one taken just after a save makes an ETA far too late."""
+    if lead.first_step is not None:
+        since, step = lead.first_step
+        elapsed = (lead.advanced_at - since).total_seconds()
+        if lead.report.step > step and elapsed > 0:
+            return elapsed / (lead.report.step - step)
+    return lead.report.step_seconds if lead.report.step >= 1 else None
 
 
 def _rounded(value: float | None) -> float | None:

@@ -66,9 +66,20 @@ def test_the_summary_is_rank_zeros_report_with_percent_and_an_eta_from_the_step_
     assert (progress.step, progress.total_steps, progress.percent, progress.epoch) == (40, 400, 10.0, 1)
     assert (progress.loss, progress.samples_per_second, progress.last_checkpoint_step) == (0.1235, 1235.0, 20)
     assert progress.updated_at == "2030-01-01T12:00:05Z"
-    assert progress.eta == "2030-01-01T12:03:05Z"  # 360 steps x 0.5 s after the report
+    assert progress.eta == "2030-01-01T12:03:05Z"  # one report: 360 steps x the trainer's 0.5 s
     # Before rank 0 reports, the most advanced pod stands in.
     assert summary(reports((0, WORKER, {"step": 7})), MASTER).step == 7  # type: ignore[arg-type]
+
+
+def test_the_eta_follows_the_attempts_average_pace_not_the_last_few_steps() -> None:
+    # 100 steps in 50 s, a save included; the trainer's last steps alone say 0.1 s a step.
+    ledger = reports(
+        (0, MASTER, {"step": 0, "totalSteps": 300, "phase": "starting"}),
+        (20, MASTER, {"step": 10, "totalSteps": 300, "stepSeconds": 0.1}),  # after a 20 s compile
+        (70, MASTER, {"step": 110, "totalSteps": 300, "stepSeconds": 0.1}),
+    )
+    assert ledger is not None
+    assert summary(ledger, MASTER).eta == "2030-01-01T12:02:45Z"  # 190 steps x 0.5 s after 70 s
 
 
 def test_a_report_of_an_older_attempt_is_dropped_and_a_newer_attempt_starts_a_fresh_ledger() -> None:

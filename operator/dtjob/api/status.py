@@ -155,7 +155,8 @@ class Progress(StatusModel):
     """Wall-clock seconds a step takes lately (rank 0), checkpoint saves included."""
     last_checkpoint_step: int | None = None
     eta: Timestamp | None = None
-    """When training should end at the current pace: (totalSteps - step) x stepSeconds from updatedAt."""
+    """When training should end at the attempt's pace so far: (totalSteps - step) x the average time a
+    step took since the first step was reported, from updatedAt (stepSeconds until two steps are seen)."""
     updated_at: Timestamp
     """When the step last advanced (or the first report came)."""
 
