@@ -86,7 +86,7 @@ BAD_MANIFESTS: list[BadManifest] = [
                 "spec.replicas in body should have at least 1 items"),
     BadManifest("a TensorFlow job of only PS and Evaluator is rejected because nothing holds rank 0",
                 job(framework="TensorFlow", replicas=[replica("PS"), replica("Evaluator")]),
-                "spec.replicas must include a Chief or Worker replica for a TensorFlow job (it holds rank 0)"),
+                "spec.replicas must include a Chief or Worker replica for a TensorFlow job (spec.framework; it holds rank 0)"),
     BadManifest("a TensorFlow job with a PS but no Chief is rejected because nothing coordinates its workers",
                 job(framework="TensorFlow", replicas=[replica("Worker", 2), replica("PS")]),
                 "spec.replicas: a TensorFlow job with PS replicas needs a Chief (ParameterServerStrategy's coordinator)"),

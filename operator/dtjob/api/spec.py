@@ -354,7 +354,7 @@ def _roles_rule(framework: Framework) -> Rule:
     roles = FRAMEWORK_ROLES[framework]
     return Rule(
         cel=f"!({_is(framework)}) || self.replicas.all(r, r.role in {_role_list(roles)})",
-        message=f"spec.replicas[].role must be {_english(roles)} for a {framework} job",
+        message=f"spec.replicas[].role must be {_english(roles)} for a {framework} job (spec.framework)",
         holds=lambda s: s.framework != framework or all(r.role in roles for r in s.replicas),
     )
 
@@ -363,7 +363,7 @@ def _rank_zero_rule(framework: Framework) -> Rule:
     roles = RANK_ZERO_ROLES[framework]
     return Rule(
         cel=f"!({_is(framework)}) || self.replicas.exists(r, r.role in {_role_list(roles)})",
-        message=f"spec.replicas must include a {_english(roles)} replica for a {framework} job (it holds rank 0)",
+        message=f"spec.replicas must include a {_english(roles)} replica for a {framework} job (spec.framework; it holds rank 0)",
         holds=lambda s: s.framework != framework or any(r.role in roles for r in s.replicas),
     )
 
