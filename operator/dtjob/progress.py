@@ -147,13 +147,16 @@ def _rounded(value: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Stall:
-    """A gang that stopped stepping: since when, at which step, and the pod that went quiet first."""
+    """A gang that stopped stepping: since when, at which step, and the pod that fell behind, if one did."""
 
     since: datetime
     step: int
-    quiet_first: str | None
-    """The pod whose step stopped advancing first (None when judged from the status alone)."""
-    note: str | None = None
+    behind: PodReport | None = None
+    """The pod that stopped at the lowest step, when the others got further: the one to look at. In a
+    data-parallel gang every rank stops at the same step (the others wait in the next collective), and
+    then no pod is singled out."""
+    reporting: int = 0
+    """Pods that reported (0: judged from the recorded status alone)."""
 
 
 @dataclass(frozen=True)
@@ -180,27 +183,29 @@ def judge(
         since = max(lead.advanced_at, max(p.phase_since for p in reports))
         if now - since < deadline:
             return Clock(left=(since + deadline - now).total_seconds())
-        quiet = min(reports, key=lambda p: (p.advanced_at, p.pod))
-        return Clock(Stall(since, lead.report.step, quiet.pod, quiet.report.message))
+        behind = [p for p in reports if p.report.step < lead.report.step]
+        first = min(behind, key=lambda p: (p.report.step, p.advanced_at, p.pod)) if behind else None
+        return Clock(Stall(since, lead.report.step, first, len(reports)))
     if recorded is None or recorded.attempt != attempt or recorded.step < 1:
         return Clock()
     since = parse_timestamp(recorded.updated_at)
     if now - since < deadline:
         return Clock(left=(since + deadline - now).total_seconds())
-    return Clock(Stall(since, recorded.step, None))
+    return Clock(Stall(since, recorded.step))
 
 
 def stall_message(stall: Stall, deadline_seconds: int, now: datetime) -> str:
-    quiet = (
-        f"; pod {stall.quiet_first} was the first to stop advancing"
-        + (f" ({stall.note})" if stall.note else "")
-        if stall.quiet_first
-        else ""
-    )
+    if (behind := stall.behind) is not None:
+        note = f" ({behind.report.message})" if behind.report.message else ""
+        who = f"; pod {behind.pod} fell behind first, at step {behind.report.step}{note}"
+    elif stall.reporting:
+        who = f"; all {stall.reporting} reporting pods stopped at that step"
+    else:
+        who = ""
     waited = (now - stall.since).total_seconds()
     return (
         f"no step advance for {waited:.0f}s (progressDeadlineSeconds {deadline_seconds}) while every "
-        f"member ran: last step {stall.step} at {timestamp(stall.since)}{quiet}"
+        f"member ran: last step {stall.step} at {timestamp(stall.since)}{who}"
     )
 
 

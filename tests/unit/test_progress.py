@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dtjob.desired import render_children
 from dtjob.plan import Event, reconcile
-from dtjob.progress import Ledger, Phase, Report, judge, received, summary
+from dtjob.progress import Ledger, Phase, Report, judge, received, stall_message, summary
 from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
 from tests.unit.test_plan import after
 
@@ -102,7 +102,7 @@ def test_the_clock_starts_at_the_first_step_and_stops_while_a_checkpoint_is_save
     assert stall is not None and stall.step == 5
 
 
-def test_the_pod_that_stopped_advancing_first_is_named() -> None:
+def test_a_pod_that_fell_behind_is_named_and_a_gang_stopped_together_is_said_to_be() -> None:
     ledger = reports(
         (0, MASTER, {"step": 1}), (0, WORKER, {"step": 1}),
         (10, MASTER, {"step": 2}), (12, WORKER, {"step": 2}),
@@ -110,13 +110,17 @@ def test_the_pod_that_stopped_advancing_first_is_named() -> None:
         (30, MASTER, {"step": 4}),  # the worker never reports step 4
     )  # fmt: skip
     stall = judge(ledger, None, 1, DEADLINE, at(95)).stall
-    assert stall is not None
-    assert (stall.since, stall.step, stall.quiet_first, stall.note) == (
-        at(30),
-        4,
-        WORKER,
-        "in the data loader",
+    assert stall is not None and stall.behind is not None
+    assert (stall.since, stall.step, stall.behind.pod, stall.reporting) == (at(30), 4, WORKER, 2)
+    assert stall_message(stall, DEADLINE, at(95)).endswith(
+        f"last step 4 at 2030-01-01T12:00:30Z; pod {WORKER} fell behind first, at step 3 (in the data loader)"
     )
+    # Data-parallel: every rank stops at the same step, and which one hangs cannot be told from steps
+    # (nor from when each report came: each pod reports on its own clock). No pod is blamed.
+    together = received(ledger, 1, WORKER, Report(step=4), at(31))
+    stall = judge(together, None, 1, DEADLINE, at(95)).stall
+    assert stall is not None and stall.behind is None
+    assert stall_message(stall, DEADLINE, at(95)).endswith("; all 2 reporting pods stopped at that step")
 
 
 def test_without_reports_a_new_leader_judges_from_the_recorded_progress_of_the_attempt() -> None:
@@ -148,7 +152,7 @@ def test_a_hung_gang_restarts_as_its_own_cause_and_fails_past_max_hang_restarts(
     assert plan.status["lastRestart"]["reason"] == "ProgressDeadlineExceeded"
     message = (
         "no step advance for 61s (progressDeadlineSeconds 60) while every member ran: last step 3 at "
-        f"2030-01-01T12:00:00Z; pod {MASTER} was the first to stop advancing"
+        f"2030-01-01T12:00:00Z; pod {WORKER} fell behind first, at step 2"
     )
     assert plan.events == [Event("Warning", "ProgressDeadlineExceeded", f"attempt 2: {message}")]
     assert plan.requeue_after == 0.0  # no back-off: the next pass tears the hung gang down
