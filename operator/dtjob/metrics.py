@@ -25,7 +25,8 @@ STARTUP_SECONDS = Histogram(
 )
 RESTARTS = Counter(
     "dtjob_job_restarts_total",
-    "Gang restarts, by cause: failure (charged to backoffLimit) or preemption (charged to maxPreemptions).",
+    "Gang restarts, by cause: failure (charged to backoffLimit), preemption (charged to maxPreemptions) or "
+    "hang (progressDeadlineSeconds; charged to maxHangRestarts).",
     ["namespace", "framework", "reason"],
 )
 RECONCILE_SECONDS = Histogram(
@@ -92,7 +93,7 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
             float(preflight.get("busBandwidthGbps") or 0.0) * BYTES_PER_GB
         )
     old_restarts, new_restarts = old.get("restarts") or {}, new.get("restarts") or {}
-    for key, reason in (("failures", "failure"), ("preemptions", "preemption")):
+    for key, reason in (("failures", "failure"), ("preemptions", "preemption"), ("hangs", "hang")):
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:
             RESTARTS.labels(namespace, framework, reason).inc(delta)
 

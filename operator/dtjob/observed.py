@@ -89,6 +89,8 @@ class PodView:
     exit_code: int | None = None
     node: str | None = None
     created: datetime | None = None
+    ended_at: datetime | None = None
+    """When the trainer container terminated (its finishedAt): the first member to end is the root cause."""
     terminating: bool = False
     unschedulable: bool = False
     """The scheduler reported it cannot place the pod (PodScheduled=False, Unschedulable)."""
@@ -392,6 +394,7 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         exit_code=_int(terminated.get("exitCode")),
         node=node,
         created=created,
+        ended_at=_time(terminated.get("finishedAt")),
         terminating=deletion_due is not None,
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         stuck=stuck_at is not None and now >= stuck_at,

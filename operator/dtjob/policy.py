@@ -22,12 +22,14 @@ from typing import Final
 from dtjob.api import (
     TRAINER_CHECKPOINT_SAVED_EXIT_CODE,
     DistributedTrainingJobSpec,
+    FailureSignature,
     JobStatus,
     RestartPolicy,
     Role,
     SuccessPolicy,
     parse_timestamp,
 )
+from dtjob.failures import describe, repeated, signatures
 from dtjob.frameworks import Gang, Member
 from dtjob.kueue import Queueing
 from dtjob.kueue import State as QueueState
@@ -41,7 +43,7 @@ from dtjob.observed import (
     PodView,
 )
 from dtjob.preflight import FAILED as PREFLIGHT_FAILED
-from dtjob.progress import Ledger, judge, stall_message
+from dtjob.progress import Ledger, judge, reached_step, stall_message
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -101,6 +103,8 @@ class Reason(StrEnum):
     """Kueue has not admitted the gang (or took its admission back): no pod may exist."""
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     """Every member ran, and the step did not advance for runPolicy.progressDeadlineSeconds."""
+    REPEATED_FAILURE = "RepeatedFailure"
+    """Two attempts in a row failed the same way (runPolicy.stopOnRepeatedFailure)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,10 @@ class Decision:
     vanished: tuple[str, ...] = ()
     """The members this decision takes for lost because no pod of them was seen: a cache can lag, so
     they are to be confirmed gone (a fresh listing) before the decision is acted on."""
+    step: int | None = None
+    """For a gang restart: the step the attempt had reached (the progress reports')."""
+    failures: tuple[FailureSignature, ...] = ()
+    """For a failure restart: how the members failed, to tell the next attempt's failure from."""
 
 
 def decide(
@@ -170,8 +178,9 @@ def decide(
         current[m.pod] for m in training if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
     ]
     vanished = _vanished(training, gang.attempt, status, current)
+    step = reached_step(ledger, status.progress, gang.attempt)
     if ended := ended + vanished:
-        decision = _on_abnormal_end(spec, status, ended, current, now)
+        decision = _on_abnormal_end(spec, status, _by_end(ended), current, now, step)
         return replace(decision, vanished=tuple(pod.name for pod in vanished))
 
     if (deadline := policy.progress_deadline_seconds) is not None and _all_running(training, current):
@@ -181,7 +190,7 @@ def decide(
             if status.restarts.hangs >= policy.max_hang_restarts:
                 message = f"maxHangRestarts ({policy.max_hang_restarts}) reached; last: {cause}"
                 return Decision(Action.FAIL, Reason.PROGRESS_DEADLINE_EXCEEDED, message)
-            return Decision(Action.RESTART_GANG, Reason.PROGRESS_DEADLINE_EXCEEDED, cause)
+            return Decision(Action.RESTART_GANG, Reason.PROGRESS_DEADLINE_EXCEEDED, cause, step=step)
         if clock.left is not None:
             timers.append(clock.left)
 
@@ -292,17 +301,25 @@ def _vanished(
     ]  # fmt: skip
 
 
+def _by_end(pods: list[PodView]) -> list[PodView]:
+    """The first to end first (the root cause: its peers crash after it), in member order on a tie (the
+    kubelet's finishedAt has seconds), those with no end time (lost) last."""
+    return sorted(pods, key=lambda p: (p.ended_at is None, p.ended_at.timestamp() if p.ended_at else 0.0))
+
+
 def _on_abnormal_end(
     spec: DistributedTrainingJobSpec,
     status: JobStatus,
     ended: list[PodView],
     current: dict[str, PodView],
     now: datetime,
+    step: int | None,
 ) -> Decision:
     """A gang cannot lose a member: restart it whole, or fail. A preemption explains its peers' failures
     (they lose a rank and crash), so any preemption makes the restart a preemption, and so does a member
     seen being disrupted before the settle window is over; among failures, a permanent one is the root
-    cause (its peers were killed or timed out after it)."""
+    cause (its peers were killed or timed out after it), else the first to end. `ended`: the first to
+    end first; `step`: the furthest step the attempt reached."""
     policy = spec.run_policy
     faults = [(pod, *fault_of(pod, policy.restart_policy)) for pod in ended]
     # A member deleted without a word stops its peers as a preemption would (on SIGTERM they save and
@@ -327,7 +344,7 @@ def _on_abnormal_end(
                 Reason.MAX_PREEMPTIONS_EXCEEDED,
                 f"maxPreemptions ({policy.max_preemptions}) reached; last: {cause}",
             )
-        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
+        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause, step=step)
 
     if preflight := next((pod for pod in ended if pod.reason == PREFLIGHT_FAILED), None):
         # The network, not the code: failing fast beats restarting onto the same fabric (and is not
@@ -350,8 +367,29 @@ def _on_abnormal_end(
             Reason.BACKOFF_LIMIT_EXCEEDED,
             f"backoffLimit ({policy.backoff_limit}) reached; last: {cause}",
         )
+    failures = signatures(pod for pod in ended if not pod.deleted_by_hand)
+    if policy.stop_on_repeated_failure and (same := repeated(status.last_restart, failures, step)):
+        return Decision(Action.FAIL, Reason.REPEATED_FAILURE, _repeated_message(status, same, step, cause))
     return Decision(
-        Action.RESTART_GANG, Reason.POD_FAILED, cause, backoff_seconds(status.restarts.failures + 1)
+        Action.RESTART_GANG,
+        Reason.POD_FAILED,
+        cause,
+        backoff_seconds(status.restarts.failures + 1),
+        step=step,
+        failures=failures,
+    )
+
+
+def _repeated_message(status: JobStatus, same: FailureSignature, step: int | None, cause: str) -> str:
+    before = status.last_restart.step if status.last_restart is not None else None
+    at = (
+        ""
+        if step is None
+        else f" at step {step}" + (f" (the one before at {before})" if before != step else "")
+    )
+    return (
+        f"attempts {status.attempt - 1} and {status.attempt} failed the same way{at}: {describe(same)}; "
+        f"another attempt would too (runPolicy.stopOnRepeatedFailure); last: {cause}"
     )
 
 

@@ -209,6 +209,18 @@ def stall_message(stall: Stall, deadline_seconds: int, now: datetime) -> str:
     )
 
 
+def reached_step(ledger: Ledger | None, recorded: Progress | None, attempt: int) -> int | None:
+    """The furthest step `attempt` is known to have reached: its pods' reports, or its recorded progress."""
+    steps = (
+        [p.report.step for p in ledger.pods.values()]
+        if ledger is not None and ledger.attempt == attempt
+        else []
+    )
+    if recorded is not None and recorded.attempt == attempt:
+        steps.append(recorded.step)
+    return max(steps, default=None)
+
+
 def carried(old: Progress | None, ledger: Ledger | None, rank_zero: str, attempt: int) -> Progress | None:
     """The status.progress a pass writes: the ledger's, when it has reports of the current attempt;
     else what was recorded (a restarted gang shows where the last attempt got until it reports)."""

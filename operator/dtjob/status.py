@@ -132,7 +132,13 @@ def next_status(
                 "total": restarts.total + 1,
             }
         )
-        last_restart = LastRestart(reason=decision.reason, message=decision.message, time=timestamp(now))
+        last_restart = LastRestart(
+            reason=decision.reason,
+            message=decision.message,
+            time=timestamp(now),
+            step=decision.step,
+            failures=list(decision.failures),
+        )
         conditions.set(
             ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
         )

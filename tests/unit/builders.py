@@ -109,12 +109,17 @@ def running(pod: dict[str, Any], ready: bool = True) -> dict[str, Any]:
 
 
 def exited(
-    pod: dict[str, Any], exit_code: int, reason: str | None = None, message: str = ""
+    pod: dict[str, Any],
+    exit_code: int,
+    reason: str | None = None,
+    message: str = "",
+    finished: str | None = None,
 ) -> dict[str, Any]:
     terminated = {
         "exitCode": exit_code,
         "reason": reason or ("Completed" if exit_code == 0 else "Error"),
         "message": message,
+        **({"finishedAt": finished} if finished else {}),
     }
     return _with(pod, {"phase": "Succeeded" if exit_code == 0 else "Failed",
                        "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]})  # fmt: skip

@@ -42,3 +42,17 @@ def test_a_new_preflight_result_is_observed_once_in_bytes_per_second_by_transpor
     failed = {"phase": "Failed", "preflight": {**measured(2.1, False, "Socket"), "attempt": 2}}
     record_pass({**job, "status": new}, failed, NOW)
     assert preflight_samples("metrics-preflight", "Socket", "failed") == (1.0, 2.1e9)
+
+
+def test_restarts_are_counted_by_cause_hangs_included() -> None:
+    job = manifest(("Worker", 2))
+    job["metadata"]["namespace"] = "metrics-restarts"
+    old = {"phase": "Running", "restarts": {"failures": 1, "preemptions": 0, "total": 1}}
+    new = {"phase": "Restarting", "restarts": {"failures": 1, "preemptions": 1, "hangs": 1, "total": 3}}
+    record_pass({**job, "status": old}, new, NOW)
+
+    def count(reason: str) -> float | None:
+        labels = {"namespace": "metrics-restarts", "framework": "PyTorch", "reason": reason}
+        return REGISTRY.get_sample_value("dtjob_job_restarts_total", labels)
+
+    assert (count("failure"), count("preemption"), count("hang")) == (None, 1.0, 1.0)

@@ -236,7 +236,8 @@ def test_a_failed_pod_restarts_the_whole_gang_as_the_next_attempt() -> None:
     assert (plan.status["attempt"], plan.status["restarts"], plan.status["phase"]) == (
         2, {"failures": 1, "preemptions": 0, "total": 1}, "Restarting")  # fmt: skip
     assert plan.status["lastRestart"] == {"reason": "PodFailed", "message": "pod mnist-worker-0: Error, exit code 1, on node gpu-node-1",
-                                          "time": "2030-01-01T12:01:30Z"}  # fmt: skip
+                                          "time": "2030-01-01T12:01:30Z",
+                                          "failures": [{"reason": "Error", "exitCode": 1, "error": ""}]}  # fmt: skip
     assert plan.events[0] == Event(
         "Warning", "PodFailed", "attempt 2: pod mnist-worker-0: Error, exit code 1, on node gpu-node-1"
     )

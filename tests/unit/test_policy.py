@@ -338,3 +338,52 @@ def test_the_checkpoint_saved_exit_code_mirrors_the_trainer_runtimes() -> None:
 @pytest.mark.parametrize(("failures", "seconds"), [(1, 5.0), (2, 10.0), (3, 20.0), (7, 300.0), (20, 300.0)])
 def test_failure_backoff_doubles_and_is_capped(failures: int, seconds: float) -> None:
     assert backoff_seconds(failures) == seconds
+
+
+CRASH_AT_30 = (
+    'Traceback (most recent call last):\n  File "/app/train.py", line 9, in step\nValueError: bad batch'
+)
+M2, W02, W12 = pods_of(ONE_AND_TWO, attempt=2).values()
+FAILED_AT_30 = {
+    "reason": "PodFailed",
+    "time": at(60),
+    "step": 30,
+    "failures": [{"reason": "Error", "exitCode": 1, "error": "ValueError: bad batch", "where": "train.py:9"}],
+}
+
+
+def second_attempt(step: int, **status: Any) -> dict[str, Any]:
+    progress = {"attempt": 2, "step": step, "updatedAt": at(5)}
+    return {"attempt": 2, "restarts": {"failures": 1, "total": 1}, "lastRestart": FAILED_AT_30,
+            "progress": progress, **SETTLED, **status}  # fmt: skip
+
+
+def test_a_second_attempt_failing_the_same_way_at_the_same_step_fails_the_job() -> None:
+    children = [running(M2), exited(W02, 1, message=CRASH_AT_30), running(W12)]
+    got = decision(ONE_AND_TWO, children, second_attempt(31))
+    assert (got.action, got.reason) == (Action.FAIL, Reason.REPEATED_FAILURE)
+    assert got.message.startswith(
+        "attempts 1 and 2 failed the same way at step 31 (the one before at 30): ValueError: bad batch at "
+        "train.py:9 (Error, exit code 1); another attempt would too (runPolicy.stopOnRepeatedFailure); "
+        "last: pod mnist-worker-0: Error, exit code 1, on node gpu-node-1: Traceback"
+    ), got.message
+    # Opted out, or failing at another step or in another way: the backoffLimit is spent as before.
+    opted_out = run_policy(stopOnRepeatedFailure=False)
+    assert decision(opted_out, children, second_attempt(31)).action == Action.RESTART_GANG
+    assert decision(ONE_AND_TWO, children, second_attempt(90)).action == Action.RESTART_GANG
+    other = [running(M2), exited(W02, 1, message=CRASH_AT_30.replace("line 9", "line 10")), running(W12)]
+    restart = decision(ONE_AND_TWO, other, second_attempt(31))
+    assert (restart.action, restart.step) == (Action.RESTART_GANG, 31)
+    assert [f.where for f in restart.failures] == ["train.py:10"]
+
+
+def test_the_first_member_to_end_is_the_cause_and_its_failure_is_kept_first() -> None:
+    peer_lost = "RuntimeError: Connection closed by peer [10.0.0.7]:29500"
+    children = [
+        exited(M, 1, message=peer_lost, finished="2030-01-01T11:59:58Z"),
+        exited(W0, 1, message=CRASH_AT_30, finished="2030-01-01T11:59:57Z"),
+        exited(W1, 1, message=peer_lost, finished="2030-01-01T11:59:58Z"),
+    ]
+    got = decision(ONE_AND_TWO, children)
+    assert got.message.startswith("pod mnist-worker-0: Error, exit code 1"), got.message
+    assert [f.error for f in got.failures] == ["ValueError: bad batch", peer_lost]

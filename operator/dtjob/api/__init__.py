@@ -34,6 +34,7 @@ from dtjob.api.spec import (
 from dtjob.api.status import (
     Condition,
     ConditionType,
+    FailureSignature,
     JobStatus,
     LastRestart,
     NcclChoice,
@@ -70,6 +71,7 @@ __all__ = [
     "ConditionType",
     "DistributedTrainingJob",
     "DistributedTrainingJobSpec",
+    "FailureSignature",
     "Framework",
     "JobStatus",
     "LastRestart",

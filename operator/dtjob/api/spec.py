@@ -303,6 +303,10 @@ class RunPolicy(WireModel):
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     backoff_limit: Annotated[int, Field(ge=0, le=1000)] = 3
     """Gang restarts after failures before the job fails. Preemptions are not charged here."""
+    stop_on_repeated_failure: bool = True
+    """Fail the job (RepeatedFailure) when two attempts in a row failed the same way: the same error line
+    from the same place in the code, the same exit code, at about the same step. A third attempt would
+    only burn the gang's GPU hours failing again. false: spend the whole backoffLimit."""
     max_preemptions: Annotated[int, Field(ge=0, le=10000)] = 50
     """Gang restarts after preemptions before the job fails."""
     active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None

@@ -104,12 +104,31 @@ class Restarts(StatusModel):
     training code, so charged to no budget and not in total (the job fails instead of restarting)."""
 
 
+class FailureSignature(StatusModel):
+    """One way members of an attempt failed, as their termination messages say (dtjob.failures)."""
+
+    reason: str
+    """The container's (Error, OOMKilled) or the pod's reason."""
+    exit_code: int | None = None
+    error: Annotated[str, Field(max_length=256)] = ""
+    """The error line: a Python traceback's last exception line, else the message's last line."""
+    where: str | None = None
+    """Where it was raised: the traceback's innermost frame, file:line."""
+
+
 class LastRestart(StatusModel):
     """Why and when the gang was last restarted."""
 
     reason: str
     message: str = ""
     time: Timestamp
+    step: int | None = None
+    """The step training had reached (the progress reports' latest) when the gang broke."""
+    # Written only after a failure: the next attempt failing the same way ends the job (RepeatedFailure).
+    failures: Annotated[list[FailureSignature], Field(max_length=4)] = Field(
+        default_factory=list, exclude_if=lambda failures: not failures
+    )
+    """For a failure restart (PodFailed), the distinct ways the members failed, the first to end first."""
 
 
 class PreflightResult(StatusModel):

@@ -48,6 +48,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     # Faults to show hang detection with (docs/progress.md); both act in the first attempt only.
     parser.add_argument("--hang-at-step", type=int, help="rank --hang-rank stops stepping after this step")
     parser.add_argument("--hang-rank", type=int, default=1)
+    # A deterministic bug (docs/fault-tolerance.md, RepeatedFailure): it fails every attempt.
+    parser.add_argument("--fail-at-step", type=int, help="rank --fail-rank raises after this step")
+    parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument(
         "--slow-save-seconds", type=float, default=0.0, help="the first save takes this long more"
     )
@@ -97,8 +100,12 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(dim=1) == y).float().mean())
 
 
-def _faults(args: argparse.Namespace, session: TrainingSession, rank: int) -> None:
+def _faults(args: argparse.Namespace, session: TrainingSession, rank: int, attempt: int) -> None:
     step = session.state.progress.step
+    if args.fail_at_step is not None and step == args.fail_at_step and rank == args.fail_rank:
+        raise ValueError(f"rank {rank} fails after step {step} (--fail-at-step)")
+    if attempt > 1:
+        return
     if args.slow_save_seconds and step == args.checkpoint_every:
         with session.saving():  # as a save to a slow store would: every rank waits for it
             time.sleep(args.slow_save_seconds)
@@ -154,8 +161,7 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
                     optimizer.step()
                     scheduler.step()
                     session.end_of_step(loss.item(), samples=len(y))
-                    if env.attempt == 1:
-                        _faults(args, session, context.rank)
+                    _faults(args, session, context.rank, env.attempt)
                 session.end_of_epoch()
         weights = full_weights(model)
         test_accuracy = accuracy(
