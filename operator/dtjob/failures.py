@@ -2,7 +2,7 @@
 Pure.
 
 A pod's termination message is the end of its log (FallbackToLogsOnError): for a Python trainer, the
-traceback of the error that killed it. Its last exception line ("ValueError: ...") and innermost frame
+traceback of the error that killed it (each line prefixed with "[rankN]: " by torch.distributed). Its last exception line ("ValueError: ...") and innermost frame
 ("train.py:42") say what failed and where; memory addresses are masked, as they change from run to run.
 Two consecutive attempts that failed with the same line from the same place, with the same exit code,
 at about the same step fail deterministically: a third will too (RepeatedFailure, docs/fault-tolerance.md).
@@ -30,12 +30,14 @@ _TRACEBACK: Final = "Traceback (most recent call last):"
 LAUNCHER_ERRORS: Final = ("ChildFailedError",)
 _FRAME: Final = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _ADDRESS: Final = re.compile(r"0x[0-9a-fA-F]+")
+# torch.distributed prefixes each line of a rank's uncaught error with its rank.
+_RANK: Final = re.compile(r"^\[rank\d+\]: ?")
 
 
 def signature(pod: PodView) -> FailureSignature:
     """What `pod`'s end says: its error line and where it was raised (a Python traceback's last exception
     and innermost frame; without a traceback, the message's last line), its reason and exit code."""
-    lines = [line.rstrip() for line in pod.message.splitlines() if line.strip()]
+    lines = [_RANK.sub("", line).rstrip() for line in pod.message.splitlines() if line.strip()]
     tracebacks = _tracebacks(lines)
     own = [found for found in tracebacks if not any(name in found[0] for name in LAUNCHER_ERRORS)]
     said = [line.strip() for line in lines if any(c.isalnum() for c in line)]

@@ -50,6 +50,21 @@ def test_a_traceback_gives_its_last_exception_line_and_innermost_frame_with_addr
     )
 
 
+def test_the_rank_prefix_torch_distributed_puts_on_each_line_is_not_part_of_the_traceback() -> None:
+    # As the DDP example's rank 1 ended in tests/e2e/test_repeated_failure.py (torch 2.15, 2026-11-25).
+    log = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/opt/dtjob/examples/dtjob_examples/torch_digits.py", line 164, in run
+[rank1]:     _faults(args, session, context.rank, env.attempt)
+[rank1]:   File "/opt/dtjob/examples/dtjob_examples/torch_digits.py", line 106, in _faults
+[rank1]:     raise ValueError(f"rank {rank} fails after step {step} (--fail-at-step)")
+[rank1]: ValueError: rank 1 fails after step 30 (--fail-at-step)
+"""
+    assert signature(failed(log)) == sig(
+        "ValueError: rank 1 fails after step 30 (--fail-at-step)", "torch_digits.py:106"
+    )
+
+
 def test_a_torchrun_log_gives_the_childs_error_not_the_launchers() -> None:
     log = "\n".join(line for line in TORCHRUN_LOG.read_text().splitlines() if not line.startswith("# "))
     assert signature(failed(log)) == sig("ValueError: bad batch at step 30", "boom.py:2")
