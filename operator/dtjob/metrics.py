@@ -29,6 +29,11 @@ RESTARTS = Counter(
     "hang (progressDeadlineSeconds; charged to maxHangRestarts).",
     ["namespace", "framework", "reason"],
 )
+SLOW_RANKS = Counter(
+    "dtjob_slow_ranks_total",
+    "Times a job's SlowRank condition turned True: a rank's own work a step well above the rest of its gang's.",
+    ["namespace", "framework"],
+)
 RECONCILE_SECONDS = Histogram(
     "dtjob_reconcile_duration_seconds",
     "Duration of one reconcile pass of one job (read, decide, apply, write status).",
@@ -96,6 +101,14 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
     for key, reason in (("failures", "failure"), ("preemptions", "preemption"), ("hangs", "hang")):
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:
             RESTARTS.labels(namespace, framework, reason).inc(delta)
+    if _is_true(new, "SlowRank") and not _is_true(old, "SlowRank"):
+        SLOW_RANKS.labels(namespace, framework).inc()
+
+
+def _is_true(status: Mapping[str, Any], condition: str) -> bool:
+    return any(
+        c.get("type") == condition and c.get("status") == "True" for c in status.get("conditions") or []
+    )
 
 
 def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:

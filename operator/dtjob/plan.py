@@ -203,7 +203,10 @@ def reconcile(
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     admission = admitted.message if admitted else None
     shown = progress.carried(old.progress, ledger, gang.rank_zero.pod, gang.attempt)
-    new = next_status(old, gang, observed, decision, now, generation, queueing is not None, admission, shown)
+    slow = progress.slow_ranks(ledger, gang.attempt)
+    new = next_status(
+        old, gang, observed, decision, now, generation, queueing is not None, admission, shown, slow
+    )
     events = transition_events(old, new)
     if chosen is not None:
         record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)

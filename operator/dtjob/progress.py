@@ -12,6 +12,7 @@ count) and never while a pod says it is saving a checkpoint; leaving a save star
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,10 @@ from dtjob.api.rules import WireModel
 AUDIENCE: Final = f"{GROUP}/progress"
 TOKEN_DIRECTORY: Final = f"/var/run/secrets/{GROUP}/progress"
 TOKEN_SECONDS: Final = 3600
+# A rank is slow when its own work a step is this many times the median of the rest of the gang's, and
+# this much longer (a millisecond step's noise is not a straggler).
+SLOW_FACTOR: Final = 1.5
+SLOW_MARGIN_SECONDS: Final = 0.01
 
 
 class Phase(StrEnum):
@@ -53,6 +58,9 @@ class Report(WireModel):
     last_checkpoint_step: NonNegativeInt | None = None
     message: str | None = Field(default=None, max_length=256)
     """Free text for the Event a stall causes (what the rank was doing)."""
+    own_step_seconds: NonNegativeFloat | None = None
+    """This rank's own work a step (its batch, forward and backward up to the first gradient all-reduce),
+    without the time it then waits for its peers, over its last steps: what tells a slow rank."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +215,36 @@ def stall_message(stall: Stall, deadline_seconds: int, now: datetime) -> str:
         f"no step advance for {waited:.0f}s (progressDeadlineSeconds {deadline_seconds}) while every "
         f"member ran: last step {stall.step} at {timestamp(stall.since)}{who}"
     )
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    pod: str
+    seconds: float
+    """Its own work a step."""
+    others: float
+    """The median of the rest of the gang's."""
+
+
+def slow_ranks(ledger: Ledger | None, attempt: int) -> tuple[SlowRank, ...] | None:
+    """The pods of `attempt` whose own step time stays well above the rest's; None when that cannot be
+    judged (fewer than two training pods report it). Each figure is the trainer's average over its last
+    steps, so one slow step (a save, a garbage collection) does not make a slow rank."""
+    if ledger is None or ledger.attempt != attempt:
+        return None
+    own = {
+        p.pod: p.report.own_step_seconds
+        for p in ledger.pods.values()
+        if p.report.own_step_seconds is not None and p.report.phase == Phase.TRAINING
+    }
+    if len(own) < 2:
+        return None
+    slow = []
+    for pod, seconds in sorted(own.items()):
+        others = statistics.median(v for name, v in own.items() if name != pod)
+        if seconds > SLOW_FACTOR * others and seconds - others > SLOW_MARGIN_SECONDS:
+            slow.append(SlowRank(pod, seconds, others))
+    return tuple(slow)
 
 
 def reached_step(ledger: Ledger | None, recorded: Progress | None, attempt: int) -> int | None:

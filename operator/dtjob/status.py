@@ -27,6 +27,7 @@ from dtjob.api.semantics import checkpoint_warnings
 from dtjob.frameworks import Gang
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
 from dtjob.policy import Action, Decision, Reason
+from dtjob.progress import SlowRank
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 WARNING_CONDITIONS: Final = frozenset(
@@ -35,6 +36,7 @@ WARNING_CONDITIONS: Final = frozenset(
         ConditionType.INVALID,
         ConditionType.UNSCHEDULABLE,
         ConditionType.CHECKPOINT_NOT_SHARED,
+        ConditionType.SLOW_RANK,
     }
 )
 # Conditions whose return to False is news of its own (the others go False as a side effect of another event).
@@ -92,10 +94,12 @@ def next_status(
     queued: bool = False,
     admitted: str | None = None,
     progress: Progress | None = None,
+    slow: tuple[SlowRank, ...] | None = None,
 ) -> JobStatus:
     """The status after carrying out `decision`: counters, times, per-role counts and conditions.
     `queued`: the job is in a Kueue queue; `admitted`: what Kueue's admission says, once it admitted it;
-    `progress`: the training progress to show (see progress.carried)."""
+    `progress`: the training progress to show (see progress.carried); `slow`: the slow ranks of the
+    current attempt (see progress.slow_ranks; None: not judged)."""
     action = decision.action
     # A job waiting for Kueue is held as a suspended one is (no pods), under a condition of its own.
     holding = ConditionType.QUEUED if decision.reason == Reason.QUEUED else ConditionType.SUSPENDED
@@ -196,6 +200,8 @@ def next_status(
         live = () if action == Action.SUSPEND else current
         _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
 
+    if not old.finished and action not in FINISHING:
+        _set_slow_rank(conditions, slow, current, attempt)
     preflight = _preflight(old.preflight, current, attempt)
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(
@@ -269,6 +275,33 @@ def _preflight(
         return old
     measured = next((pod.preflight for pod in current if pod.preflight is not None), None)
     return PreflightResult.model_validate({**measured, "attempt": attempt}) if measured else old
+
+
+def _set_slow_rank(
+    conditions: _Conditions, slow: tuple[SlowRank, ...] | None, current: tuple[PodView, ...], attempt: int
+) -> None:
+    """SlowRank True naming each slow pod, its node and the figures; back to False (only once it was
+    True: a job with no slow rank carries no such condition) when none is, or none can be judged."""
+    if not slow:
+        message = (
+            "no rank's own step time is well above the rest of the gang's"
+            if slow is not None
+            else f"attempt {attempt}: not judged yet (fewer than two ranks report their own step time)"
+        )
+        conditions.set(ConditionType.SLOW_RANK, "False", "NoSlowRank", message)
+        return
+    nodes = {p.name: p.node or "unknown" for p in current}
+    said = [_slow_said(rank, nodes.get(rank.pod, "unknown")) for rank in slow]
+    message = "; ".join(said) + ": the whole gang waits for it in every all-reduce"
+    conditions.set(ConditionType.SLOW_RANK, "True", "SlowRank", message)
+
+
+def _slow_said(rank: SlowRank, node: str) -> str:
+    times = f" ({rank.seconds / rank.others:.2g}x)" if rank.others > 0 else ""
+    return (
+        f"pod {rank.pod} on node {node} takes {rank.seconds:.2g}s of its own work a step against "
+        f"{rank.others:.2g}s for the rest of the gang{times}"
+    )
 
 
 def _set_schedulability(

@@ -118,3 +118,31 @@ def test_a_hung_rank_restarts_the_gang_from_its_checkpoint_and_a_long_save_is_no
     resumed = result_line(core, namespace, "hang-worker-0")
     assert resumed["resumed_from_step"] == 60, resumed  # the checkpoint at step 60, before the hang
     assert status["progress"]["attempt"] == 2 and status["progress"]["step"] == 20 * STEPS_PER_EPOCH
+
+
+def test_a_rank_made_slow_is_named_with_its_node_by_the_slow_rank_condition(
+    cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # Rank 1 sleeps 50 ms in every step, as a throttled GPU would make it: both ranks' steps last as long.
+    args = ["--epochs", "40", "--checkpoint-every", "1000", "--slow-rank", "1", "--slow-step-seconds", "0.05"]
+    job = example("slow", args)
+    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
+    trainer["env"].append({"name": "DTJ_PROGRESS_INTERVAL_SECONDS", "value": "2"})
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+        jobs.create(job)
+        slow = jobs.wait_condition("slow", "SlowRank", timeout=180)
+        assert slow["reason"] == "SlowRank" and slow["message"].startswith("pod slow-worker-1 on node "), slow
+        assert "slow-worker-0" not in slow["message"], slow
+        wait_for(
+            lambda: any(
+                e.reason == "SlowRank" and e.type == "Warning" and "slow-worker-1" in e.message
+                for e in core.list_namespaced_event(
+                    namespace, field_selector="involvedObject.name=slow"
+                ).items
+            ),
+            "a SlowRank Event naming slow-worker-1",
+        )
+        # Both ranks step together: the status's step time is the gang's, the slow rank's pace.
+        assert (jobs.get("slow")["status"].get("progress") or {}).get("stepSeconds", 0) >= 0.05

@@ -39,6 +39,7 @@ from tests.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_MANIFESTS = REPO / "examples"
 EXAMPLE_CODE = REPO / "trainer-images" / "examples"
+RUNTIME_CODE = REPO / "trainer-images" / "runtime" / "src"
 RUN_TIMEOUT_S = 240
 Results = dict[str, dict[str, Any]]
 T = TypeVar("T")
@@ -178,7 +179,8 @@ class LocalGang:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
-            "PYTHONPATH": str(EXAMPLE_CODE),
+            # The examples and the runtime of this tree (as the image has them), whatever is installed.
+            "PYTHONPATH": f"{EXAMPLE_CODE}:{RUNTIME_CODE}",
             "TF_CPP_MIN_LOG_LEVEL": "2",
             # Per pod: its own port space and its own /dev/termination-log.
             "DTJ_METRICS_PORT": str(metrics_port),

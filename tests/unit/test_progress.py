@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dtjob.desired import render_children
 from dtjob.plan import Event, reconcile
-from dtjob.progress import Ledger, Phase, Report, judge, received, stall_message, summary
+from dtjob.progress import Ledger, Phase, Report, judge, received, slow_ranks, stall_message, summary
 from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
 from tests.unit.test_plan import after
 
@@ -206,3 +206,45 @@ def test_a_progress_field_the_trainer_stops_sending_is_gone_from_the_stored_stat
     plain = received(timed, 1, MASTER, Report(step=4), at(2))  # a script that reports the step alone
     stored = after(stored, reconcile(stored, children, at(3), ledger=plain))  # the merge patch, applied
     assert stored["status"]["progress"] == {"attempt": 1, "step": 4, "updatedAt": "2030-01-01T12:00:02Z"}
+
+
+@pytest.mark.parametrize(
+    ("own", "slow"),
+    [
+        pytest.param({"a": 0.004, "b": 0.030}, ["b"], id="two ranks, one of them slow"),
+        pytest.param({"a": 0.004, "b": 0.005, "c": 0.004, "d": 0.031}, ["d"], id="the rest's median"),
+        pytest.param({"a": 0.004, "b": 0.012}, [], id="3x, but 8 ms: noise of a millisecond step"),
+        pytest.param({"a": 1.0, "b": 1.4}, [], id="40% above: not well above"),
+        pytest.param({"a": 1.0, "b": 1.6}, ["b"], id="60% above a second"),
+        pytest.param({"a": 0.004}, None, id="one rank: nothing to compare"),
+    ],
+)  # fmt: skip
+def test_a_rank_whose_own_step_time_stays_well_above_the_rest_is_slow(
+    own: dict[str, float], slow: list[str] | None
+) -> None:
+    ledger = reports(*((0, pod, {"step": 9, "ownStepSeconds": seconds}) for pod, seconds in own.items()))
+    found = slow_ranks(ledger, 1)
+    assert (None if found is None else [rank.pod for rank in found]) == slow
+    assert slow_ranks(ledger, 2) is None  # another attempt's reports say nothing of this one
+
+
+def test_a_slow_rank_is_named_with_its_node_in_a_condition_and_an_event_until_it_is_not() -> None:
+    job, children = running_job()
+    ledger = reports(
+        (0, MASTER, {"step": 5, "ownStepSeconds": 0.004}), (0, WORKER, {"step": 5, "ownStepSeconds": 0.05})
+    )
+    plan = reconcile(job, children, at(10), ledger=ledger)
+    assert plan.status is not None
+    slow = next(c for c in plan.status["conditions"] if c["type"] == "SlowRank")
+    said = (f"pod {WORKER} on node gpu-node-1 takes 0.05s of its own work a step against 0.004s for the "
+            "rest of the gang (12x): the whole gang waits for it in every all-reduce")  # fmt: skip
+    assert (slow["status"], slow["reason"], slow["message"]) == ("True", "SlowRank", said)
+    assert Event("Warning", "SlowRank", said) in plan.events
+    recovered = received(ledger, 1, WORKER, Report(step=9, own_step_seconds=0.005), at(20))
+    plan = reconcile(after(job, plan), children, at(21), ledger=recovered)
+    assert plan.status is not None
+    slow = next(c for c in plan.status["conditions"] if c["type"] == "SlowRank")
+    assert (slow["status"], slow["reason"]) == ("False", "NoSlowRank")
+    # A job that never had a slow rank carries no such condition.
+    quiet = reconcile(job, children, at(10), ledger=recovered)
+    assert quiet.status is not None and all(c["type"] != "SlowRank" for c in quiet.status["conditions"])

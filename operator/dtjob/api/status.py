@@ -47,6 +47,9 @@ class ConditionType(StrEnum):
     """The job waits in a Kueue queue; the message names the ClusterQueue and says what Kueue waits for."""
     ADMITTED = "Admitted"
     """Kueue admitted the whole gang (quota reserved, admission checks ready): its pods may exist."""
+    SLOW_RANK = "SlowRank"
+    """A rank's own work a step (before it waits on its peers) stays well above the rest of the gang's:
+    the whole gang trains at its pace. The message names the pod and its node (docs/progress.md)."""
 
 
 # RFC 3339 with seconds, as metav1.Time serializes.

@@ -51,6 +51,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     # A deterministic bug (docs/fault-tolerance.md, RepeatedFailure): it fails every attempt.
     parser.add_argument("--fail-at-step", type=int, help="rank --fail-rank raises after this step")
     parser.add_argument("--fail-rank", type=int, default=1)
+    # A straggler (docs/progress.md#slow-ranks): this rank's every step takes --slow-step-seconds more.
+    parser.add_argument("--slow-rank", type=int, help="this rank sleeps in every step")
+    parser.add_argument("--slow-step-seconds", type=float, default=0.05)
     parser.add_argument(
         "--slow-save-seconds", type=float, default=0.0, help="the first save takes this long more"
     )
@@ -154,6 +157,8 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
                 sampler.set_position(epoch, progress.batches_in_epoch * args.batch_size)
                 model.train()
                 for x, y in loader:
+                    if context.rank == args.slow_rank:
+                        time.sleep(args.slow_step_seconds)  # as a throttled GPU or a slow data path would
                     x, y = x.to(device), y.to(device)
                     optimizer.zero_grad(set_to_none=True)
                     loss = F.cross_entropy(model(x), y)

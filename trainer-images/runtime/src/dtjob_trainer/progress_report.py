@@ -72,15 +72,23 @@ class ProgressPoster:
         return cls(url, Path(token_file), interval, total_steps)
 
     def record_step(
-        self, step: int, epoch: int | None = None, loss: float | None = None, samples: int = 0
+        self,
+        step: int,
+        epoch: int | None = None,
+        loss: float | None = None,
+        samples: int = 0,
+        own_step_seconds: float | None = None,
     ) -> None:
-        """`samples`: processed by all ranks in this step (0: unknown). Cheap: on every step of every rank,
-        it only records; the sending thread works out step time and throughput."""
+        """`samples`: processed by all ranks in this step (0: unknown); `own_step_seconds`: this rank's
+        own work a step, before it waits on its peers (pytorch.own_time). Cheap: on every step of every
+        rank, it only records; the sending thread works out step time and throughput."""
         now = time.monotonic()
         with self._changed:
             self._recent.append((now, samples))
             report = self._report
             report["step"] = step
+            if own_step_seconds is not None:
+                report["ownStepSeconds"] = own_step_seconds
             if epoch is not None:
                 report["epoch"] = epoch
             if loss is not None and loss == loss:  # NaN is no JSON number

@@ -29,6 +29,7 @@ from dtjob_trainer.progress import ProgressReporter
 from dtjob_trainer.progress_report import ProgressPoster
 from dtjob_trainer.pytorch.checkpoint import CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext
+from dtjob_trainer.pytorch.own_time import OwnStepClock
 from dtjob_trainer.pytorch.state import TrainingState
 from dtjob_trainer.termination import TerminationSignal
 
@@ -52,6 +53,7 @@ class TrainingSession:
         reporter: ProgressReporter | None = None,
         poster: ProgressPoster | None = None,
         asynchronous_checkpoints: bool = False,
+        own_time: OwnStepClock | None = None,
     ) -> None:
         if checkpoint_every_steps < 1:
             raise ValueError(f"checkpoint_every_steps must be at least 1, got {checkpoint_every_steps}")
@@ -63,6 +65,7 @@ class TrainingSession:
         self._reporter = reporter
         self._poster = poster
         self._asynchronous = asynchronous_checkpoints
+        self._own_time = own_time
 
     def resume(self) -> int | None:
         """Load the latest checkpoint, if any, into the state; the step it resumed from."""
@@ -78,7 +81,10 @@ class TrainingSession:
         if self._reporter is not None:
             self._reporter.record_step(progress.step, progress.epoch, loss, samples * self.context.world_size)
         if self._poster is not None:
-            self._poster.record_step(progress.step, progress.epoch, loss, samples * self.context.world_size)
+            own = self._own_time.step_done() if self._own_time is not None else None
+            self._poster.record_step(
+                progress.step, progress.epoch, loss, samples * self.context.world_size, own
+            )
         if self._stop_requested_anywhere():
             self._save_and_exit()
         if progress.step % self._every == 0:
@@ -88,6 +94,8 @@ class TrainingSession:
                 else:
                     self.checkpoints.save(self.state)
         self._report_checkpoint()
+        if self._own_time is not None:
+            self._own_time.next_step()
 
     @contextmanager
     def saving(self) -> Iterator[None]:
@@ -149,8 +157,10 @@ def open_session(
         if context.is_rank_zero and env.metrics_port is not None:
             reporter = stack.enter_context(ProgressReporter(env.metrics_port, attempt=env.attempt))
         poster = ProgressPoster.from_environ(total_steps=total_steps)
+        own_time = None
         if poster is not None:
             stack.enter_context(poster)
+            own_time = OwnStepClock.attach(state.model, context.device)
         checkpoints = CheckpointManager(env.checkpoint_dir, context, keep_last=keep_last, sharded=sharded)
         stack.callback(checkpoints.close)
         yield TrainingSession(
@@ -162,4 +172,5 @@ def open_session(
             reporter=reporter,
             poster=poster,
             asynchronous_checkpoints=asynchronous_checkpoints,
+            own_time=own_time,
         )
