@@ -2,7 +2,7 @@
 
 Times `plan.reconcile` on the passes a fleet runs most: a steady 8-pod gang (every pod Running, nothing
 to do) and a queued job waiting for Kueue's quota; where the tree has progress reports, the same gang
-with every pod reporting and hang detection on, and the operator's own work for one report (parsing it
+with every pod reporting (with its own step time, where the tree judges slow ranks) and hang detection on, and the operator's own work for one report (parsing it
 and filing it in the job's ledger; the HTTP server's part is not in it). Compare two trees in one run,
 alternating:
 
@@ -75,8 +75,10 @@ def _progress_cases(
     watched = {**job, "spec": {**job["spec"], "runPolicy": {"progressDeadlineSeconds": 300}}}
     ledger: Ledger | None = None
     names = [pod["metadata"]["name"] for pod in pods]
+    # Where the tree judges slow ranks, every pod reports its own step time too.
+    own = {"own_step_seconds": 0.3} if "own_step_seconds" in Report.model_fields else {}
     for name in names:
-        ledger = received(ledger, 1, name, Report(step=100, total_steps=1000, step_seconds=0.5), now)
+        ledger = received(ledger, 1, name, Report(step=100, total_steps=1000, step_seconds=0.5, **own), now)
     first = reconcile({**watched, "status": job.get("status")}, pods, now, ledger=ledger)
     reporting = {**watched, "status": first.status or job.get("status")}
     body = b'{"step": 101, "totalSteps": 1000, "epoch": 1, "loss": 0.25, "samplesPerSecond": 800.5, "stepSeconds": 0.5}'
