@@ -158,6 +158,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         config = replace(config, namespaces=_kopf_run_namespaces())
     runtime = Runtime(config)
     memo["runtime"] = runtime
+    metrics.TRAINING.follow(runtime.ledgers)
     io.limit_rate(config.api_qps, config.api_burst)
     # Kopf watches nothing here: no scanning of namespaces and CRDs for resources to serve, and our own
     # Events say what happened (Kopf's per-handler events would only be noise).

@@ -1,12 +1,14 @@
 """Prometheus metrics: `dtjob_` prefix, `_total` counters, `_seconds` histograms, bounded labels.
 
-Labels are namespace, framework, phase and reason — never a job or pod name, so cardinality stays
-bounded by what the cluster has, not by how many jobs ever ran.
+Labels are namespace, framework, phase and reason, so cardinality stays bounded by what the cluster has,
+not by how many jobs ever ran. The one exception, the training gauges (`dtjob_training_*`), name the job
+and pod: they exist only while the job runs and its trainers report, one series a running pod, as
+kube-state-metrics has for every pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from threading import Lock
 from typing import Any, Final
@@ -14,6 +16,8 @@ from typing import Any, Final
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from dtjob.progress import Ledger
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Invalid")
 
@@ -65,6 +69,10 @@ class JobPhases(Collector):
         with self._lock:
             self._jobs.pop((namespace, name), None)
 
+    def running(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return self._jobs.get((namespace, name), ("", ""))[1] == "Running"
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("dtjob_jobs", "Jobs by phase.", labels=["namespace", "framework", "phase"])
         counts: dict[tuple[str, str, str], int] = {}
@@ -78,6 +86,65 @@ class JobPhases(Collector):
 
 JOB_PHASES = JobPhases()
 REGISTRY.register(JOB_PHASES)
+
+TRAINING_LABELS: Final = ["namespace", "job", "pod"]
+
+
+def training_families(
+    ledgers: Mapping[tuple[str, str], Ledger], running: Callable[[str, str], bool]
+) -> list[GaugeMetricFamily]:
+    """What the trainers of each running job last reported, a series per pod (a job that is not Running,
+    restarting for example, has none: its figures would be an ended attempt's)."""
+    step = GaugeMetricFamily("dtjob_training_step", "The pod's last reported step.", labels=TRAINING_LABELS)
+    total = GaugeMetricFamily(
+        "dtjob_training_total_steps",
+        "The steps the pod's trainer will take, when it says.",
+        labels=TRAINING_LABELS,
+    )
+    step_seconds = GaugeMetricFamily(
+        "dtjob_training_step_seconds",
+        "The pod's time a step over its last steps: in synchronous data parallelism the whole gang's.",
+        labels=TRAINING_LABELS,
+    )
+    own_seconds = GaugeMetricFamily(
+        "dtjob_training_own_step_seconds",
+        "The pod's own work a step, without waiting for its peers in the all-reduce: what tells a slow rank.",
+        labels=TRAINING_LABELS,
+    )
+    for (namespace, job), ledger in sorted(ledgers.items()):
+        if not running(namespace, job):
+            continue
+        for pod, reported in sorted(ledger.pods.items()):
+            labels, report = [namespace, job, pod], reported.report
+            step.add_metric(labels, report.step)
+            for family, value in (
+                (total, report.total_steps),
+                (step_seconds, report.step_seconds),
+                (own_seconds, report.own_step_seconds),
+            ):
+                if value is not None:
+                    family.add_metric(labels, value)
+    return [step, total, step_seconds, own_seconds]
+
+
+class TrainingProgress(Collector):
+    """The training gauges, read from the operator's progress ledgers when Prometheus scrapes."""
+
+    def __init__(self) -> None:
+        self._ledgers: Mapping[tuple[str, str], Ledger] = {}
+
+    def follow(self, ledgers: Mapping[tuple[str, str], Ledger]) -> None:
+        """Read these ledgers (the operator's, filled by its intake) from now on."""
+        self._ledgers = ledgers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        # A copy made in one step under the GIL: the intake adds ledgers on the event loop's thread, and
+        # each ledger is immutable once made.
+        yield from training_families(dict(self._ledgers), JOB_PHASES.running)
+
+
+TRAINING = TrainingProgress()
+REGISTRY.register(TRAINING)
 
 
 def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, now: datetime) -> None:

@@ -9,12 +9,14 @@ checkpoint save longer than the deadline is not taken for a hang.
 
 from __future__ import annotations
 
+import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.api import parse_timestamp
 from hack import images
@@ -22,6 +24,7 @@ from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
 from tests.e2e.test_gang_restart import result_line
 from tests.integration.conftest import REPO, Jobs, operator_taking_reports
+from tests.ports import free_port
 from tests.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "ddp-progress.yaml"
@@ -37,6 +40,11 @@ def example(name: str, args: list[str], **run_policy: Any) -> dict[str, Any]:
     job["spec"]["runPolicy"].update(run_policy)
     fresh_checkpoint_dir(job)
     return job
+
+
+def scraped(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 def progress_of(jobs: Jobs, name: str) -> dict[str, Any] | None:
@@ -130,7 +138,8 @@ def test_a_rank_made_slow_is_named_with_its_node_by_the_slow_rank_condition(
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
     trainer["env"].append({"name": "DTJ_PROGRESS_INTERVAL_SECONDS", "value": "2"})
     images.ensure(cluster_c, images.TORCH_TRAINER)
-    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+    metrics_port = free_port()
+    with operator_taking_reports(cluster_c, namespace, monkeypatch, DTJOB_METRICS_PORT=str(metrics_port)):
         jobs.create(job)
         slow = jobs.wait_condition("slow", "SlowRank", timeout=180)
         assert slow["reason"] == "SlowRank" and slow["message"].startswith("pod slow-worker-1 on node "), slow
@@ -146,3 +155,12 @@ def test_a_rank_made_slow_is_named_with_its_node_by_the_slow_rank_condition(
         )
         # Both ranks step together: the status's step time is the gang's, the slow rank's pace.
         assert (jobs.get("slow")["status"].get("progress") or {}).get("stepSeconds", 0) >= 0.05
+        # The operator's /metrics, as Prometheus scrapes it, has each rank's own work: rank 1's the longer.
+        own = {
+            sample.labels["pod"]: sample.value
+            for family in text_string_to_metric_families(scraped(metrics_port))
+            for sample in family.samples
+            if sample.name == "dtjob_training_own_step_seconds" and sample.labels["job"] == "slow"
+        }
+        assert own.keys() == {"slow-worker-0", "slow-worker-1"}, own
+        assert own["slow-worker-1"] > own["slow-worker-0"] + 0.03, own

@@ -6,8 +6,9 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from dtjob.metrics import record_pass
+from dtjob.metrics import TRAINING, record_pass
 from tests.unit.builders import NOW, manifest
+from tests.unit.test_progress import reports
 
 BUSBW = "dtjob_preflight_bus_bandwidth_bytes_per_second"
 
@@ -56,3 +57,43 @@ def test_restarts_are_counted_by_cause_hangs_included() -> None:
         return REGISTRY.get_sample_value("dtjob_job_restarts_total", labels)
 
     assert (count("failure"), count("preemption"), count("hang")) == (None, 1.0, 1.0)
+
+
+def test_the_training_gauges_show_each_pod_of_a_running_job_and_nothing_once_it_is_not_running() -> None:
+    job = manifest(("Worker", 2))
+    job["metadata"].update(namespace="metrics-training", name="ddp")
+    ledger = reports(
+        (0, "ddp-worker-0", {"step": 40, "totalSteps": 100, "stepSeconds": 0.3, "ownStepSeconds": 0.1}),
+        (1, "ddp-worker-1", {"step": 41, "totalSteps": 100, "stepSeconds": 0.3, "ownStepSeconds": 0.25}),
+    )
+    quiet = reports((0, "quiet-worker-0", {"step": 3}))  # a script that reports its step alone
+    assert ledger is not None and quiet is not None
+    TRAINING.follow({("metrics-training", "ddp"): ledger, ("metrics-training", "quiet"): quiet})
+    record_pass(job, {"phase": "Running"}, NOW)
+    record_pass({**job, "metadata": {**job["metadata"], "name": "quiet"}}, {"phase": "Running"}, NOW)
+
+    def gauge(name: str, job: str, pod: str) -> float | None:
+        labels = {"namespace": "metrics-training", "job": job, "pod": pod}
+        return REGISTRY.get_sample_value(f"dtjob_training_{name}", labels)
+
+    assert [gauge(n, "ddp", "ddp-worker-1") for n in ("step", "total_steps", "step_seconds")] == [
+        41,
+        100,
+        0.3,
+    ]
+    assert (
+        gauge("own_step_seconds", "ddp", "ddp-worker-0"),
+        gauge("own_step_seconds", "ddp", "ddp-worker-1"),
+    ) == (
+        0.1,
+        0.25,
+    )
+    assert (
+        gauge("step", "quiet", "quiet-worker-0") == 3
+        and gauge("step_seconds", "quiet", "quiet-worker-0") is None
+    )
+
+    record_pass({**job, "status": {"phase": "Running"}}, {"phase": "Restarting"}, NOW)
+    assert gauge("step", "ddp", "ddp-worker-0") is None  # the ended attempt's figures are not shown
+    assert gauge("step", "quiet", "quiet-worker-0") == 3
+    TRAINING.follow({})
