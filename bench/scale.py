@@ -23,12 +23,16 @@ maxPreemptions 50. One raw pod watch per namespace timestamps every event as it 
               VmRSS/VmHWM, the cluster components' CPU, and apiserver requests/s by verb and resource
               from the apiserver's own apiserver_request_total (the benchmark's own requests taken out).
               An operator that resyncs (c6e6ce7: every 30 s) needs a window spanning a few resyncs.
-5. preemption --rounds times, one at a time: a Running job's non-rank-0 pod is preempted as GKE spot does
+5. reporting  every pod posting progress reports to the operator's intake every --report-interval s
+              (pod-bound tokens from TokenRequest, as a kubelet projects them; bench/progress_reporting.py),
+              then a window as idle's: the operator's and the apiserver's cost of taking them. Skipped
+              for an operator from before the intake.
+6. preemption --rounds times, one at a time: a Running job's non-rank-0 pod is preempted as GKE spot does
               (kwok: Failed, DisruptionTarget=True); from the moment the watch sees it Failed until
               status.restarts.preemptions counts it, and until the new attempt's gang is all Running.
-6. cleanup    the jobs deleted while the operator runs (it removes its finalizers), the namespace
+7. cleanup    the jobs deleted while the operator runs (it removes its finalizers), the namespace
               deleted and waited for, then the operator stopped.
-7. floor      in a fresh namespace, the same pods (the operator's own pod spec) created by a bare client
+8. floor      in a fresh namespace, the same pods (the operator's own pod spec) created by a bare client
               from 16 threads under the same QPS/burst token bucket; per "job", from the start to its
               pods all Running, as the jobs above were all submitted at once. Ratio: operator p50 / floor p50.
 
@@ -63,6 +67,7 @@ from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench.gang_on_tier_b import CRD_FILE, Namespace, new_namespace, tier_b, wait
+from bench.progress_reporting import reporting
 from dtjob.kube.throttle import TokenBucket
 from dtjob.names import ATTEMPT_LABEL
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
@@ -81,7 +86,7 @@ CREATE_THREADS = 16
 WATCH_SECONDS = 6 * 3600  # one watch call for the whole run: a call that ends is a request counted
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 LOG_DIR = Path("/tmp/bench-scale")
-PHASES = ("capacity", "baseline", "startup", "idle", "preemption", "floor")
+PHASES = ("capacity", "baseline", "startup", "idle", "reporting", "preemption", "floor")
 
 
 def note(message: str) -> None:
@@ -334,6 +339,9 @@ class Operator:
             "DTJOB_NAMESPACES": namespace,
         }  # fmt: skip  (an older checkout ignores it)
         self.env.pop("DTJOB_METRICS_PORT", None)
+        progress_port = free_port()  # the intake's (an older checkout ignores it)
+        self.progress_url = f"http://127.0.0.1:{progress_port}/v1/progress"
+        self.env.update(DTJOB_PROGRESS_PORT=str(progress_port), DTJOB_PROGRESS_URL=self.progress_url)
         self.log = LOG_DIR / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -664,6 +672,18 @@ def measure_operator(
             result["idle"] = Window(api, pids, [watch]).measure(args.window)
             result["idle"]["operator_memory_mib"] = memory_mib(operator.pid)
             print_idle(result["idle"], args.baseline_figures)
+        if "reporting" not in skip and result["startup"]["all_running"]:
+            with watch.cond:
+                pods = {p["name"]: p["uid"] for job in watch.all_running for p in watch.live(job)}
+            pids = {"operator": operator.pid, **component_pids(cluster)}
+            measured = reporting(
+                core, namespace.name, pods, operator.progress_url, args.report_interval,
+                Window(api, pids, [watch]).measure, args.window, note,
+            )  # fmt: skip
+            if measured is not None:
+                measured["operator_memory_mib"] = memory_mib(operator.pid)
+                result["reporting"] = measured
+                print_reporting(measured, result.get("idle"))
         if "preemption" not in skip and args.rounds and result["startup"]["all_running"]:
             note(f"preemption: {args.rounds} rounds")
             result["preemption"] = preemption(
@@ -800,6 +820,26 @@ def print_idle(idle: dict[str, Any], baseline: dict[str, Any] | None, top: int =
             print(f"  {key:44s} {rates[key]:8.2f}{diff}")
 
 
+def print_reporting(busy: dict[str, Any], idle: dict[str, Any] | None) -> None:
+    reports, memory = busy["reports"], busy["operator_memory_mib"]
+    print(f"\n== reporting, every pod of every job posting progress, over {busy['seconds']} s")
+    print(
+        f"{reports['pods']} pods, {reports['reports_per_s']} reports/s, answers {reports['answers']},"
+        f" latency {reports['latency_ms']} ms (the benchmark's reporters: {busy['benchmark_cpu_pct']}% of a core)"
+    )
+    was = f" (idle {idle['cpu_pct']['operator']}%)" if idle else ""
+    print(
+        f"operator CPU {busy['cpu_s']['operator']} s = {busy['cpu_pct']['operator']}% of a core{was};"
+        f" VmRSS {memory['VmRSS']} MiB, VmHWM {memory['VmHWM']} MiB"
+    )
+    print(
+        f"apiserver requests/s: {busy['requests_per_s']}"
+        + (f" (idle {idle['requests_per_s']})" if idle else "")
+    )
+    for key, rate in list(busy["requests_per_s_by"].items())[:8]:
+        print(f"  {key:44s} {rate:8.2f}")
+
+
 def print_preemption(result: dict[str, Any]) -> None:
     print(f"\n== seconds from a preempted pod Failed to: ({result['rounds']} rounds, every job live)")
     print(figures("restart in status", result["restart_recorded"]))
@@ -830,6 +870,10 @@ def print_table(results: list[dict[str, Any]], floor_result: dict[str, Any] | No
         ("idle: apiserver req/s", lambda r: pick(r, "idle", "requests_per_s")),
         ("idle: req/s - baseline", lambda r: r.get("idle_requests_over_baseline")),
         ("idle: apiserver CPU %", lambda r: pick(r, "idle", "cpu_pct", "kube-apiserver")),
+        ("reporting: reports/s", lambda r: pick(r, "reporting", "reports", "reports_per_s")),
+        ("reporting: operator CPU %", lambda r: pick(r, "reporting", "cpu_pct", "operator")),
+        ("reporting: VmRSS MiB", lambda r: pick(r, "reporting", "operator_memory_mib", "VmRSS")),
+        ("reporting: apiserver req/s", lambda r: pick(r, "reporting", "requests_per_s")),
         ("preempt: restart p50 s", lambda r: pick(r, "preemption", "restart_recorded", "p50")),
         ("preempt: restart p95 s", lambda r: pick(r, "preemption", "restart_recorded", "p95")),
         ("preempt: Running p50 s", lambda r: pick(r, "preemption", "gang_running", "p50")),
@@ -868,6 +912,9 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=float, default=30.0, help="seconds of the no-operator window (0: none)"
     )
+    parser.add_argument(
+        "--report-interval", type=float, default=10.0, help="seconds between a pod's progress reports"
+    )
     parser.add_argument("--rounds", type=int, default=20, help="preemption rounds")
     parser.add_argument(
         "--timeout", type=float, help="seconds for all gangs to run (default from the pods/QPS)"
@@ -885,7 +932,7 @@ def main() -> None:
     if args.workers < 2:
         parser.error("--workers must be at least 2 (a master and a worker to preempt)")
     if "startup" in skip:
-        skip |= {"idle", "preemption"}
+        skip |= {"idle", "reporting", "preemption"}
     sources = [p.resolve() for p in args.operator_src or [REPO / "operator"]]
     args.timeout = args.timeout or 300 + 4 * args.jobs * args.workers / args.qps
 
@@ -934,7 +981,8 @@ def main() -> None:
     brief = json.loads(json.dumps(output))
     for result in brief["operators"]:
         result.get("preemption", {}).pop("per_round", None)
-    for window in [brief.get("baseline"), *(r.get("idle") for r in brief["operators"])]:
+    windows = [w for r in brief["operators"] for w in (r.get("idle"), r.get("reporting"))]
+    for window in [brief.get("baseline"), *windows]:
         if window:
             window["requests_per_s_by"] = dict(list(window["requests_per_s_by"].items())[:15])
     print("RESULT " + json.dumps(brief), flush=True)
