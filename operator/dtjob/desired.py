@@ -92,6 +92,7 @@ TERMINATION_MESSAGE_POLICY: Final = "FallbackToLogsOnError"
 # The uid (and gid) the trainer images run as: `USER 1000:1000` in trainer-images/torch/Dockerfile and
 # trainer-images/tensorflow/Dockerfile. As fsGroup, the group the kubelet gives a fresh volume to.
 TRAINER_IMAGE_UID: Final = 1000
+REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def render_children(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
@@ -183,6 +184,8 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
     if spec.nccl.preflight.enabled:  # last: after the network's sidecars, on the fully wired trainer
         _merge_by(pod_spec, "initContainers", "name", [preflight_container(spec, gang.network, container)])
 
+    if gang.avoided_nodes:
+        _avoid_nodes(pod_spec, gang.avoided_nodes)
     if any((v.get("csi") or {}).get("driver") == GCSFUSE_DRIVER for v in pod_spec.get("volumes") or []):
         annotations[GCSFUSE_ANNOTATION] = "true"
     annotations.update(template_meta.get("annotations") or {})
@@ -287,6 +290,18 @@ def _wire_accelerator(
     resources = container["resources"] = dict(container.get("resources") or {})
     for kind in ("limits", "requests"):
         resources[kind] = {**(resources.get(kind) or {}), GPU_RESOURCE: str(spec.accelerator.count)}
+
+
+def _avoid_nodes(pod_spec: dict[str, Any], nodes: Iterable[str]) -> None:
+    """Keep the pod off `nodes` (by name): a NotIn added to every required node selector term of the
+    template's (the terms are ORed, so each must exclude them), or a term of its own."""
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}
+    affinity = pod_spec["affinity"] = pod_spec.get("affinity") or {}
+    node_affinity = affinity["nodeAffinity"] = affinity.get("nodeAffinity") or {}
+    required = node_affinity[REQUIRED] = node_affinity.get(REQUIRED) or {}
+    terms = required["nodeSelectorTerms"] = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        _list(term, "matchFields").append(copy.deepcopy(avoid))
 
 
 def _merge_tolerations(pod_spec: dict[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> None:

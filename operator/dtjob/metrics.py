@@ -29,8 +29,8 @@ STARTUP_SECONDS = Histogram(
 )
 RESTARTS = Counter(
     "dtjob_job_restarts_total",
-    "Gang restarts, by cause: failure (charged to backoffLimit), preemption (charged to maxPreemptions) or "
-    "hang (progressDeadlineSeconds; charged to maxHangRestarts).",
+    "Gang restarts, by cause: failure (charged to backoffLimit), preemption (charged to maxPreemptions), "
+    "hang (progressDeadlineSeconds; charged to maxHangRestarts) or slow-rank (slowRankRestartSeconds).",
     ["namespace", "framework", "reason"],
 )
 SLOW_RANKS = Counter(
@@ -165,7 +165,13 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
             float(preflight.get("busBandwidthGbps") or 0.0) * BYTES_PER_GB
         )
     old_restarts, new_restarts = old.get("restarts") or {}, new.get("restarts") or {}
-    for key, reason in (("failures", "failure"), ("preemptions", "preemption"), ("hangs", "hang")):
+    counters = (
+        ("failures", "failure"),
+        ("preemptions", "preemption"),
+        ("hangs", "hang"),
+        ("slowRanks", "slow-rank"),
+    )
+    for key, reason in counters:
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:
             RESTARTS.labels(namespace, framework, reason).inc(delta)
     if _is_true(new, "SlowRank") and not _is_true(old, "SlowRank"):

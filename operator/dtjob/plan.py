@@ -185,7 +185,7 @@ def reconcile(
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
-    gang = Gang.of(ref, spec, old.attempt, network, daemon_images, progress_url)
+    gang = Gang.of(ref, spec, old.attempt, network, daemon_images, progress_url, tuple(old.avoided_nodes))
     observed = observe(children, now, nodes)
     queue = kueue.queue_of(job)
     queueing = kueue.read(queue, workload, flavors or {}, kueue_served, routes) if queue else None

@@ -21,6 +21,7 @@ from typing import Final
 
 from dtjob.api import (
     TRAINER_CHECKPOINT_SAVED_EXIT_CODE,
+    ConditionType,
     DistributedTrainingJobSpec,
     FailureSignature,
     JobStatus,
@@ -43,7 +44,7 @@ from dtjob.observed import (
     PodView,
 )
 from dtjob.preflight import FAILED as PREFLIGHT_FAILED
-from dtjob.progress import Ledger, judge, reached_step, stall_message
+from dtjob.progress import Ledger, judge, reached_step, slow_ranks, stall_message
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -54,6 +55,9 @@ BACKOFF_CAP_SECONDS: Final = 300.0
 MESSAGE_TAIL_CHARS: Final = 600
 # Roles outside the training cluster: their end neither breaks nor finishes the gang.
 OUTSIDE_THE_GANG: Final = frozenset({Role.EVALUATOR})
+# Slow-rank restarts keep the gang off at most this many nodes: past that the slowness is more likely the
+# job's own (its data, its model split) than the nodes', and ever fewer nodes are left to schedule on.
+MAX_AVOIDED_NODES: Final = 3
 
 
 class Action(StrEnum):
@@ -105,6 +109,8 @@ class Reason(StrEnum):
     """Every member ran, and the step did not advance for runPolicy.progressDeadlineSeconds."""
     REPEATED_FAILURE = "RepeatedFailure"
     """Two attempts in a row failed the same way (runPolicy.stopOnRepeatedFailure)."""
+    SLOW_RANK = "SlowRank"
+    """A rank stayed slow for runPolicy.slowRankRestartSeconds: the gang moves off its node."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,8 @@ class Decision:
     """For a gang restart: the step the attempt had reached (the progress reports')."""
     failures: tuple[FailureSignature, ...] = ()
     """For a failure restart: how the members failed, to tell the next attempt's failure from."""
+    avoid: str | None = None
+    """For a slow-rank restart: the node the next attempts' pods are kept off."""
 
 
 def decide(
@@ -194,6 +202,13 @@ def decide(
         if clock.left is not None:
             timers.append(clock.left)
 
+    if (slow_after := policy.slow_rank_restart_seconds) is not None and _all_running(training, current):
+        moving = _off_a_slow_node(status, current, ledger, gang.attempt, slow_after, now)
+        if isinstance(moving, Decision):
+            return replace(moving, step=step)
+        if moving is not None:
+            timers.append(moving)
+
     if policy.scheduling_timeout_seconds is not None:
         limit = timedelta(seconds=policy.scheduling_timeout_seconds)
         for pod in current.values():
@@ -219,6 +234,39 @@ def decide(
         )
 
     return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
+
+
+def _off_a_slow_node(
+    status: JobStatus,
+    current: dict[str, PodView],
+    ledger: Ledger | None,
+    attempt: int,
+    after_seconds: int,
+    now: datetime,
+) -> Decision | float | None:
+    """A restart without the slowest rank's node once SlowRank has been True for `after_seconds` (and the
+    reports still say so); else the seconds until then, or None when there is nothing to wait for."""
+    slow = slow_ranks(ledger, attempt)
+    condition = status.condition(ConditionType.SLOW_RANK)
+    if not slow:
+        return None
+    if condition is None or condition.status != "True":
+        return float(after_seconds)  # it turns True in this pass: its clock starts now
+    since = parse_timestamp(condition.last_transition_time)
+    if (left := (since + timedelta(seconds=after_seconds) - now).total_seconds()) > 0:
+        return left
+    nodes = {rank.pod: current[rank.pod].node for rank in slow if rank.pod in current}
+    candidates = [r for r in slow if nodes.get(r.pod) and nodes[r.pod] not in status.avoided_nodes]
+    if not candidates or len(status.avoided_nodes) >= MAX_AVOIDED_NODES:
+        return None
+    rank = max(candidates, key=lambda r: r.seconds - r.others)
+    node = nodes[rank.pod]
+    message = (
+        f"pod {rank.pod} on node {node} stayed slow for {after_seconds}s ({rank.seconds:.2f}s of its own "
+        f"work a step against {rank.others:.2f}s for the rest of the gang): restarting the gang without "
+        f"node {node} (runPolicy.slowRankRestartSeconds)"
+    )
+    return Decision(Action.RESTART_GANG, Reason.SLOW_RANK, message, avoid=node)
 
 
 def _all_running(members: list[Member], current: dict[str, PodView]) -> bool:

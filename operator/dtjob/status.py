@@ -114,6 +114,7 @@ def next_status(
             ConditionType.CHECKPOINT_NOT_SHARED, "False", "CheckpointShared", "checkpoints are shared"
         )
     attempt, restarts, last_restart = old.attempt, old.restarts, old.last_restart
+    avoided_nodes = old.avoided_nodes
     start_time, completion_time = old.start_time, old.completion_time
     still_suspended = action == Action.SUSPEND and holding == ConditionType.SUSPENDED
     resumed = old.is_true(ConditionType.SUSPENDED) and not still_suspended
@@ -128,14 +129,18 @@ def next_status(
         attempt += 1
         preempted = decision.reason == Reason.PREEMPTED
         hung = decision.reason == Reason.PROGRESS_DEADLINE_EXCEEDED
+        moved = decision.reason == Reason.SLOW_RANK
         restarts = restarts.model_copy(
             update={
-                "failures": restarts.failures + (not preempted and not hung),
+                "failures": restarts.failures + (not preempted and not hung and not moved),
                 "preemptions": restarts.preemptions + preempted,
                 "hangs": restarts.hangs + hung,
+                "slow_ranks": restarts.slow_ranks + moved,
                 "total": restarts.total + 1,
             }
         )
+        if decision.avoid is not None and decision.avoid not in avoided_nodes:
+            avoided_nodes = [*avoided_nodes, decision.avoid]
         last_restart = LastRestart(
             reason=decision.reason,
             message=decision.message,
@@ -218,6 +223,7 @@ def next_status(
         preflight=preflight,
         nccl=old.nccl,
         progress=progress,
+        avoided_nodes=avoided_nodes,
         broken_since=broken_since,
         start_time=start_time,
         completion_time=completion_time,

@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from dtjob.desired import render_children
+from dtjob.api import DistributedTrainingJobSpec
+from dtjob.desired import render_children, render_pod
+from dtjob.frameworks import Gang
+from dtjob.names import JobRef
 from dtjob.plan import Event, reconcile
 from dtjob.progress import Ledger, Phase, Report, judge, received, slow_ranks, stall_message, summary
 from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
@@ -248,3 +251,75 @@ def test_a_slow_rank_is_named_with_its_node_in_a_condition_and_an_event_until_it
     # A job that never had a slow rank carries no such condition.
     quiet = reconcile(job, children, at(10), ledger=recovered)
     assert quiet.status is not None and all(c["type"] != "SlowRank" for c in quiet.status["conditions"])
+
+
+def test_a_rank_slow_for_slow_rank_restart_seconds_restarts_the_gang_off_its_node() -> None:
+    job, children = running_job(
+        manifest(("Master", 1), ("Worker", 1), runPolicy={"slowRankRestartSeconds": 60})
+    )
+    ledger = reports(
+        (0, MASTER, {"step": 5, "ownStepSeconds": 0.004}), (0, WORKER, {"step": 5, "ownStepSeconds": 0.05})
+    )
+    found = reconcile(job, children, at(10), ledger=ledger)  # SlowRank turns True: the clock starts
+    assert found.requeue_after is not None and found.requeue_after <= 60
+    job = after(job, found)
+    waiting = reconcile(job, children, at(69), ledger=ledger)
+    assert not waiting.delete and waiting.requeue_after is not None and waiting.requeue_after <= 1
+    moved = reconcile(job, children, at(71), ledger=ledger)
+    assert moved.status is not None
+    assert moved.status["restarts"] == {"failures": 0, "preemptions": 0, "slowRanks": 1, "total": 1}
+    assert (moved.status["attempt"], moved.status["avoidedNodes"]) == (2, ["gpu-node-1"])
+    message = moved.status["lastRestart"]["message"]
+    assert moved.status["lastRestart"]["reason"] == "SlowRank" and message.startswith(
+        f"pod {WORKER} on node gpu-node-1 stayed slow for 60s (0.05s of its own work a step against 0.00s"
+    ), message
+    assert Event("Warning", "SlowRank", f"attempt 2: {message}") in moved.events
+    job = after(job, moved)
+    stale = reconcile(job, children, at(72))  # the next pass deletes the old attempt's pods
+    assert {d.name for d in stale.delete if d.kind == "Pod"} == {MASTER, WORKER}
+    # The next attempt's pods, created once the old ones are gone, are kept off the node.
+    restarted = reconcile(after(job, stale), [service_of(job)], at(73))
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-node-1"]}
+    for pod in restarted.create:
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [{"matchFields": [avoid]}], pod["metadata"]["name"]
+    assert {pod["metadata"]["name"] for pod in restarted.create} == {MASTER, WORKER}
+
+
+def test_no_slow_rank_restart_without_the_opt_in_or_past_three_avoided_nodes() -> None:
+    ledger = reports(
+        (0, MASTER, {"step": 5, "ownStepSeconds": 0.004}), (0, WORKER, {"step": 5, "ownStepSeconds": 0.05})
+    )
+    for run_policy, avoided in (({}, []), ({"slowRankRestartSeconds": 60}, ["a", "b", "c"])):
+        job, children = running_job(manifest(("Master", 1), ("Worker", 1), runPolicy=run_policy))
+        job["status"]["avoidedNodes"] = avoided
+        job = after(job, reconcile(job, children, at(10), ledger=ledger))
+        late = reconcile(job, children, at(1000), ledger=ledger)
+        assert not late.delete and (late.status is None or late.status["attempt"] == 1), run_policy
+
+
+def test_avoided_nodes_are_kept_out_of_every_node_selector_term_of_the_template() -> None:
+    job = manifest(("Worker", 1))
+    terms = [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}], "matchFields": []},
+    ]
+    template = job["spec"]["replicas"][0]["template"]["spec"]
+    template["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+    }
+    spec = DistributedTrainingJobSpec.model_validate(job["spec"])
+    gang = Gang.of(JobRef.of(job), spec, 1, avoided_nodes=("n1", "n2"))
+    pod = render_pod(gang, gang.members[0])
+    rendered = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    assert rendered["nodeSelectorTerms"] == [
+        {**terms[0], "matchFields": [avoid]},
+        {**terms[1], "matchFields": [avoid]},
+    ]
+    assert (
+        template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        == terms
+    )

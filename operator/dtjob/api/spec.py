@@ -329,6 +329,10 @@ class RunPolicy(WireModel):
     not count. Unset: no hang detection."""
     max_hang_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
     """Gang restarts after progressDeadlineSeconds ran out before the job fails (its own budget)."""
+    slow_rank_restart_seconds: Annotated[int, Field(ge=60, le=86400)] | None = None
+    """Opt-in: a gang whose SlowRank condition has stayed True this long, while every member runs, is
+    restarted from its checkpoint with the slow rank's node avoided (status.avoidedNodes; at most 3 nodes,
+    after which the condition only reports). Charged to no budget. Unset: SlowRank only reports."""
 
 
 class NetworkPolicy(WireModel):

@@ -99,8 +99,10 @@ class Restarts(StatusModel):
     # Written only once it counts something, as preflightFailures.
     hangs: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Charged to runPolicy.maxHangRestarts: restarts after progressDeadlineSeconds ran out."""
+    slow_ranks: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Restarts that moved the gang off a slow rank's node (runPolicy.slowRankRestartSeconds)."""
     total: int = 0
-    """failures + preemptions + hangs (a printer column)."""
+    """failures + preemptions + hangs + slowRanks (a printer column)."""
     # Written only once it counts something: the preflight is opt-in, and a 0 on every job would be noise.
     preflight_failures: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Attempts whose NCCL preflight failed (spec.nccl.preflight): a failure of the platform, not of the
@@ -201,6 +203,9 @@ class JobStatus(StatusModel):
     preflight: PreflightResult | None = None
     nccl: NcclChoice | None = None
     progress: Progress | None = None
+    avoided_nodes: list[str] = Field(default_factory=list, exclude_if=lambda nodes: not nodes)
+    """Nodes the gang's pods are kept off, each once the home of a rank slow for
+    runPolicy.slowRankRestartSeconds, in the order they were found."""
     broken_since: Timestamp | None = None
     """When a member of the current attempt was first seen ended with no disruption in sight: the gang is
     watched for runPolicy.failureSettleSeconds from here before a failure is charged."""

@@ -34,6 +34,8 @@ class Gang:
     """The GPUDirect daemon's image, when not the profile's."""
     progress_url: str | None = None
     """Where the pods report their training progress (the operator's intake), None when nowhere."""
+    avoided_nodes: tuple[str, ...] = ()
+    """Nodes the pods are kept off (status.avoidedNodes: slow ranks' nodes)."""
 
     @classmethod
     def of(
@@ -44,6 +46,7 @@ class Gang:
         network: NcclProfileName | None = None,
         daemon_images: Mapping[NcclProfileName, str] | None = None,
         progress_url: str | None = None,
+        avoided_nodes: tuple[str, ...] = (),
     ) -> Gang:
         """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
         cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
@@ -70,6 +73,7 @@ class Gang:
             network=network,
             daemon_image=daemon_image,
             progress_url=progress_url,
+            avoided_nodes=avoided_nodes,
         )
 
     @property
