@@ -49,6 +49,7 @@ import click
 import kopf
 
 from dtjob import metrics, progress
+from dtjob.api import KIND
 from dtjob.kube import io, leader, schema
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.intake import Intake, Reporter
@@ -78,6 +79,8 @@ LOOP_RESTART_SECONDS: Final = 1.0
 # On shutdown, how long the passes under way may take to end before the Lease is released anyway.
 SHUTDOWN_GRACE_SECONDS: Final = 15.0
 SCHEMA_RECHECK_SECONDS: Final = 15.0
+# A job waiting for an earlier namesake's pods to go looks again this often (their watch events wake it too).
+NAMESAKE_RECHECK_SECONDS: Final = 2.0
 
 log = logging.getLogger(__name__)
 Created = dict[str, tuple[datetime, dict[str, Any]]]
@@ -421,6 +424,12 @@ async def reconcile_once(
         return None
     now = datetime.now(UTC)
     pods = [json.loads(pod) for pod in caches.pods.of(key)]
+    if held := _namesakes(pods, job["metadata"]["uid"]):
+        # A job deleted and created again under its name: the earlier one's pods still hold the names
+        # this gang's pods take. Created now, they would meet those (409) and be taken for made, then for
+        # lost, and the new job would start with a restart. The pod watch wakes the loop as they go.
+        log.info("job %s/%s waits for the pods of an earlier job of its name to go: %s", *key, held)
+        return NAMESAKE_RECHECK_SECONDS
     others = [
         json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
     ]
@@ -574,6 +583,18 @@ def _pass_in_slot(
 def _unknown_nodes_of(pods: list[dict[str, Any]], known: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = {node["metadata"]["name"] for node in known}
     return io.read_nodes(name for name in nodes_to_judge(pods) if name not in names)
+
+
+def _namesakes(pods: list[dict[str, Any]], uid: str) -> str:
+    """The pods under the job's name that an earlier job of that name owns (deleted, its pods going)."""
+    return ", ".join(
+        sorted(
+            pod["metadata"]["name"]
+            for pod in pods
+            if not owned_by(pod, uid)
+            and any(ref.get("kind") == KIND for ref in pod["metadata"].get("ownerReferences") or [])
+        )
+    )
 
 
 def _children(

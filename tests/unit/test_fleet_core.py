@@ -17,6 +17,7 @@ from dtjob.handlers import (
     _backoff,
     _children,
     _freshest,
+    _namesakes,
     _next_pass_in,
     _remember_created,
 )
@@ -203,3 +204,14 @@ def test_children_are_only_those_the_job_owns() -> None:
     pod = pod_essentials(POD)
     namesake = {**pod, "metadata": {**pod["metadata"], "ownerReferences": [{"uid": "an-older-job"}]}}
     assert _children(UID, [], [pod, namesake], {}, NOW) == ([pod], [])
+
+
+def test_pods_an_earlier_job_of_the_same_name_owns_are_namesakes_that_hold_the_new_gangs_names() -> None:
+    def pod(name: str, owner_uid: str, kind: str = "DistributedTrainingJob") -> dict[str, Any]:
+        return {"metadata": {"name": name, "ownerReferences": [{"kind": kind, "uid": owner_uid}]}}
+
+    ours, earlier = pod("again-worker-0", "new"), pod("again-worker-1", "old")
+    assert (
+        _namesakes([ours, earlier, pod("again-worker-0", "old")], "new") == "again-worker-0, again-worker-1"
+    )
+    assert _namesakes([ours, pod("x", "rs", kind="ReplicaSet")], "new") == ""  # not a job's: left alone
