@@ -199,11 +199,11 @@ def reconcile(
         if priority is not None and priority.value is None:
             missing = f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
-    decision = decide(spec, old, gang, observed, now, queueing, ledger)
+    slow = progress.slow_ranks(ledger, gang.attempt)
+    decision = decide(spec, old, gang, observed, now, queueing, ledger, slow)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     admission = admitted.message if admitted else None
     shown = progress.carried(old.progress, ledger, gang.rank_zero.pod, gang.attempt)
-    slow = progress.slow_ranks(ledger, gang.attempt)
     new = next_status(
         old, gang, observed, decision, now, generation, queueing is not None, admission, shown, slow
     )

@@ -44,7 +44,7 @@ from dtjob.observed import (
     PodView,
 )
 from dtjob.preflight import FAILED as PREFLIGHT_FAILED
-from dtjob.progress import Ledger, judge, reached_step, slow_ranks, stall_message
+from dtjob.progress import Ledger, SlowRank, judge, reached_step, stall_message
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.
@@ -139,9 +139,11 @@ def decide(
     now: datetime,
     queueing: Queueing | None = None,
     ledger: Ledger | None = None,
+    slow: tuple[SlowRank, ...] | None = None,
 ) -> Decision:
     """`queueing`: where Kueue stands with the job's Workload, for a job in a Kueue queue; `ledger`: the
-    trainers' latest progress reports."""
+    trainers' latest progress reports; `slow`: the slow ranks they show (progress.slow_ranks, judged once
+    a pass)."""
     timers: list[float] = []
     policy = spec.run_policy
 
@@ -203,7 +205,7 @@ def decide(
             timers.append(clock.left)
 
     if (slow_after := policy.slow_rank_restart_seconds) is not None and _all_running(training, current):
-        moving = _off_a_slow_node(status, current, ledger, gang.attempt, slow_after, now)
+        moving = _off_a_slow_node(status, current, slow, slow_after, now)
         if isinstance(moving, Decision):
             return replace(moving, step=step)
         if moving is not None:
@@ -239,14 +241,12 @@ def decide(
 def _off_a_slow_node(
     status: JobStatus,
     current: dict[str, PodView],
-    ledger: Ledger | None,
-    attempt: int,
+    slow: tuple[SlowRank, ...] | None,
     after_seconds: int,
     now: datetime,
 ) -> Decision | float | None:
     """A restart without the slowest rank's node once SlowRank has been True for `after_seconds` (and the
     reports still say so); else the seconds until then, or None when there is nothing to wait for."""
-    slow = slow_ranks(ledger, attempt)
     condition = status.condition(ConditionType.SLOW_RANK)
     if not slow:
         return None

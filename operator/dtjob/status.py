@@ -206,7 +206,8 @@ def next_status(
         _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
 
     if not old.finished and action not in FINISHING:
-        _set_slow_rank(conditions, slow, current, attempt)
+        # A restart's new attempt is not judged yet: the slow ranks were the ended attempt's.
+        _set_slow_rank(conditions, slow if attempt == gang.attempt else None, current, attempt)
     preflight = _preflight(old.preflight, current, attempt)
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(

@@ -274,6 +274,9 @@ def test_a_rank_slow_for_slow_rank_restart_seconds_restarts_the_gang_off_its_nod
         f"pod {WORKER} on node gpu-node-1 stayed slow for 60s (0.05s of its own work a step against 0.00s"
     ), message
     assert Event("Warning", "SlowRank", f"attempt 2: {message}") in moved.events
+    # The new attempt is not judged yet: the ended attempt's slow rank is not carried over to it.
+    slow = next(c for c in moved.status["conditions"] if c["type"] == "SlowRank")
+    assert (slow["status"], slow["reason"]) == ("False", "NoSlowRank"), slow
     job = after(job, moved)
     stale = reconcile(job, children, at(72))  # the next pass deletes the old attempt's pods
     assert {d.name for d in stale.delete if d.kind == "Pod"} == {MASTER, WORKER}
