@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtjob import crd, docs
+from dtjob.console import options
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,48 @@ def _run_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console(command: str) -> Callable[[argparse.Namespace], int]:
+    """A console command, imported when run (rich and the Kubernetes client are not needed before)."""
+
+    def run(args: argparse.Namespace) -> int:
+        chosen: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module("dtjob.console.commands"), command
+        )
+        return chosen(args)
+
+    return run
+
+
+# `kubectl dtj ...` (the kubectl-dtj plugin) offers these: the read-only views.
+CONSOLE_SUBCOMMANDS: list[Subcommand] = [
+    Subcommand(
+        "get",
+        "list jobs: phase, attempt, restarts by cause, progress",
+        options.configure_get,
+        _console("get"),
+    ),
+    Subcommand(
+        "describe",
+        "a job's state, last restart, conditions, pods and Events",
+        options.configure_describe,
+        _console("describe"),
+    ),
+    Subcommand(
+        "watch",
+        "a live view of a job until it ends (exit 0 when it succeeds)",
+        options.configure_watch,
+        _console("watch_job"),
+    ),
+    Subcommand(
+        "logs",
+        "every rank's log, labelled; -f follows across gang restarts",
+        options.configure_logs,
+        _console("logs"),
+    ),
+]
+
 SUBCOMMANDS: list[Subcommand] = [
+    *CONSOLE_SUBCOMMANDS,
     Subcommand(
         "crd",
         "generate the CustomResourceDefinition",
@@ -97,14 +140,23 @@ SUBCOMMANDS: list[Subcommand] = [
 ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dtjob", description="DistributedTrainingJob operator and tools")
+def _dispatch(prog: str, description: str, subcommands: list[Subcommand], argv: Sequence[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     commands = parser.add_subparsers(dest="command", required=True)
-    for sub in SUBCOMMANDS:
+    for sub in subcommands:
         sub.configure(commands.add_parser(sub.name, help=sub.help))
     args = parser.parse_args(argv)
-    chosen = next(sub for sub in SUBCOMMANDS if sub.name == args.command)
+    chosen = next(sub for sub in subcommands if sub.name == args.command)
     return chosen.run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _dispatch("dtjob", "DistributedTrainingJob operator and tools", SUBCOMMANDS, argv)
+
+
+def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
+    """`kubectl dtj`: kubectl runs the kubectl-dtj executable on PATH with the arguments after `dtj`."""
+    return _dispatch("kubectl dtj", "DistributedTrainingJobs at a terminal", CONSOLE_SUBCOMMANDS, argv)
 
 
 if __name__ == "__main__":

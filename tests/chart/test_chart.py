@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tarfile
 import tomllib
@@ -298,3 +299,14 @@ def test_the_chart_packages_as_its_release_with_the_crd(tmp_path: Path) -> None:
         chart = yaml.safe_load(packed.extractfile("dtjob-operator/Chart.yaml").read())  # type: ignore[union-attr]
     assert (chart["version"], chart["appVersion"]) == (release, release)
     assert f"dtjob-operator/crds/{GENERATED_CRD.name}" in names
+
+
+def test_the_notes_name_only_files_and_services_that_exist() -> None:
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "://" not in notes, "a URL the tests cannot check: name a file of the repository instead"
+    paths = re.findall(r"\b(?:examples|docs)/[\w./-]*\w", notes)
+    assert paths, notes
+    for path in paths:
+        assert (REPO / path).exists(), f"NOTES.txt names {path}, which does not exist"
+    for service in re.findall(r"svc/(\{\{[^}]*\}\}[\w-]*)", notes):
+        assert f"name: {service}" in (CHART / "templates" / "metrics.yaml").read_text(), service

@@ -46,6 +46,27 @@ def test_an_update_that_breaks_a_transition_rule_is_rejected(
     assert case.message in _message(rejected.value)
 
 
+def test_a_change_of_the_gangs_size_gets_one_message_whether_the_job_runs_or_is_suspended(
+    crd: dict[str, Any], objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    """Not also the suspend rule's: it sent users to suspend, where the change was refused again."""
+    bigger = next(c for c in BAD_UPDATES if c.id == "changing a replica count is rejected")
+    _create(objects, namespace, bigger.manifest)
+    name = bigger.manifest["metadata"]["name"]
+    messages = []
+    for suspend in (False, True):
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"runPolicy": {"suspend": suspend}}}
+        )
+        with pytest.raises(client.ApiException) as rejected:
+            objects.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": bigger.spec_patch}
+            )
+        messages.append(_message(rejected.value))
+    assert messages[0] == messages[1], messages
+    assert bigger.message in messages[0] and "suspend is true" not in messages[0], messages[0]
+
+
 @pytest.mark.parametrize("case", ALLOWED_UPDATES, ids=lambda c: c.id)
 def test_an_allowed_update_is_accepted(
     crd: dict[str, Any], objects: client.CustomObjectsApi, namespace: str, case: Any

@@ -176,7 +176,9 @@ def _image(image: str) -> dict[str, Any]:
 BAD_UPDATES: list[BadUpdate] = [
     BadUpdate("changing the framework is rejected", _running(), {"framework": "TensorFlow"}, "spec.framework is immutable"),
     BadUpdate("changing a replica count is rejected", _running(), {"replicas": [replica("Worker", 3)]},
-              "spec.replicas roles and counts are immutable"),
+              "spec.replicas roles and counts are immutable, even while suspended"),
+    BadUpdate("changing a replica count while suspended is rejected the same way", _suspended(),
+              {"replicas": [replica("Worker", 3)]}, "spec.replicas roles and counts are immutable, even while suspended"),
     BadUpdate("changing the accelerator is rejected", _running(), {"accelerator": {"type": "nvidia-l4", "count": 2}},
               "spec.accelerator is immutable"),
     BadUpdate("removing the accelerator is rejected", _running(), {"accelerator": None}, "spec.accelerator is immutable"),

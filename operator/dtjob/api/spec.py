@@ -404,6 +404,23 @@ POD_SHAPING_FIELDS: Final = (
     "output",
 )
 _SUSPENDED = "(has(self.runPolicy) && has(self.runPolicy.suspend) && self.runPolicy.suspend)"
+# The gang's shape: the same roles with the same counts. It never changes (a suspended job resumes as the
+# same gang; Kueue's Workload was sized for it), so a change of it gets that rule's message alone, not
+# the suspend rule's too, which would send the user to suspend for a change that is refused then as well.
+_SAME_GANG = (
+    "self.replicas.size() == oldSelf.replicas.size() && self.replicas.all(r, "
+    "oldSelf.replicas.exists(o, o.role == r.role && "
+    "(has(o.count) ? o.count : 1) == (has(r.count) ? r.count : 1)))"
+)
+GANG_IMMUTABLE: Final = (
+    "spec.replicas roles and counts are immutable, even while suspended"
+    " (a gang of another size is another job: delete it and create it again)"
+)
+
+
+def _unshaped(field: str) -> str:
+    """The suspend rule's test of one field; for spec.replicas, of what may change (the templates)."""
+    return f"(!({_SAME_GANG}) || {_unchanged(field)})" if field == "replicas" else _unchanged(field)
 
 
 class DistributedTrainingJobSpec(WireModel):
@@ -444,15 +461,10 @@ class DistributedTrainingJobSpec(WireModel):
             ),
         ),
         Rule(cel="self.framework == oldSelf.framework", message="spec.framework is immutable"),
-        Rule(
-            cel="self.replicas.size() == oldSelf.replicas.size() && self.replicas.all(r, "
-            "oldSelf.replicas.exists(o, o.role == r.role && "
-            "(has(o.count) ? o.count : 1) == (has(r.count) ? r.count : 1)))",
-            message="spec.replicas roles and counts are immutable",
-        ),
+        Rule(cel=_SAME_GANG, message=GANG_IMMUTABLE),
         Rule(cel=_unchanged("accelerator"), message="spec.accelerator is immutable"),
         Rule(
-            cel=f"{_SUSPENDED} || ({' && '.join(_unchanged(f) for f in POD_SHAPING_FIELDS)})",
+            cel=f"{_SUSPENDED} || ({' && '.join(_unshaped(f) for f in POD_SHAPING_FIELDS)})",
             message="spec."
             + ", spec.".join(POD_SHAPING_FIELDS)
             + " can change only while spec.runPolicy.suspend is true (running pods cannot change)",
