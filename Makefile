@@ -18,7 +18,7 @@ venv: $(VENV)/.installed ## Python virtualenv with the operator, the trainer run
 $(VENV)/.installed: pyproject.toml trainer-images/runtime/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples]'
+	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples,integrations]'
 	@touch $@
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)

@@ -33,6 +33,11 @@ import pytest
             ["torch"],
             id="the TensorFlow side does not import PyTorch",
         ),
+        pytest.param(
+            ["dtjob_trainer.integrations.huggingface", "dtjob_trainer.integrations.lightning"],
+            ["tensorflow", "tf_keras"],
+            id="the Hugging Face and Lightning callbacks do not import TensorFlow",
+        ),
     ],
 )
 def test_imports_stay_on_their_side(modules: list[str], absent: list[str]) -> None:

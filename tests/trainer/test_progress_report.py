@@ -116,6 +116,23 @@ def test_without_an_intake_no_poster_is_made() -> None:
     assert ProgressPoster.from_environ({"DTJ_PROGRESS_URL": "http://x/v1/progress"}) is None
 
 
+def reporting_to(url: str, pods: list[dict[str, Any]], tmp_path: Path) -> None:
+    """Each pod's trainer reports to `url` (as the operator wires it) with its own name as its token."""
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        token = tmp_path / f"{name}.token"
+        token.write_text(name)  # the intake tells the pods apart by their token
+        env = pod["spec"]["containers"][0].setdefault("env", [])
+        env += [{"name": "DTJ_PROGRESS_URL", "value": url}, {"name": "DTJ_PROGRESS_TOKEN_FILE", "value": str(token)},
+                {"name": "DTJ_PROGRESS_INTERVAL_SECONDS", "value": "0.2"}]  # fmt: skip
+
+
+def last_reports(server: Intake) -> dict[str, dict[str, Any]]:
+    """Each pod's last report, by pod name."""
+    with server.lock:
+        return {auth.removeprefix("Bearer "): body for auth, body in server.received}
+
+
 def test_a_rank_made_slow_reports_a_long_own_step_time_and_its_peer_a_short_one(tmp_path: Path) -> None:
     """The DDP example as a local gang, rank 1 sleeping 20 ms in every step: both ranks' steps last as
     long (rank 0 waits for rank 1 in the all-reduce), but each reports its own work before it (the
@@ -126,18 +143,11 @@ def test_a_rank_made_slow_reports_a_long_own_step_time_and_its_peer_a_short_one(
                        "--slow-step-seconds", "0.02", "--min-accuracy", "0"]  # fmt: skip
     pods = rendered_pods(job, 1)
     with intake() as (server, url):
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            token = tmp_path / f"{name}.token"
-            token.write_text(name)  # the intake below tells the pods apart by their token
-            env = pod["spec"]["containers"][0].setdefault("env", [])
-            env += [{"name": "DTJ_PROGRESS_URL", "value": url}, {"name": "DTJ_PROGRESS_TOKEN_FILE", "value": str(token)},
-                    {"name": "DTJ_PROGRESS_INTERVAL_SECONDS", "value": "0.2"}]  # fmt: skip
+        reporting_to(url, pods, tmp_path)
         with running(pods, tmp_path) as gang:
             codes = gang.wait_all(RUN_TIMEOUT_S)
             assert set(codes.values()) == {0}, f"exit codes {codes}\n{gang.logs()}"
-        with server.lock:
-            last = {auth.removeprefix("Bearer "): body for auth, body in server.received}
+    last = last_reports(server)
     fast, slow = (last[pod["metadata"]["name"]]["ownStepSeconds"] for pod in pods)
     assert slow >= 0.02 and slow > 3 * fast, (fast, slow)
     Report.model_validate(last[pods[1]["metadata"]["name"]])  # the intake takes the field

@@ -9,17 +9,36 @@ from pathlib import Path
 from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
+from dtjob.progress import Report
 from tests.trainer.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running, scrape, train
+from tests.trainer.test_progress_report import intake, last_reports, reporting_to
 
 MIN_ACCURACY = 0.93  # what the examples state
 EPOCHS = 10  # in the manifests
 
 
-def test_multi_worker_mirrored_two_workers_train_to_completion_from_tf_config(tmp_path: Path) -> None:
-    results = train(local_job("tf-mwms-digits.yaml", tmp_path), attempt=0, workdir=tmp_path)
+def test_multi_worker_mirrored_two_workers_train_to_completion_from_tf_config_reporting_progress(
+    tmp_path: Path,
+) -> None:
+    """Every worker reports to the operator's intake (a local stand-in): its steps to the last, the
+    total, and the step of the last backup (BackupAndRestore's, every epoch)."""
+    job = local_job("tf-mwms-digits.yaml", tmp_path)
+    pods = rendered_pods(job, attempt=0)
+    with intake() as (server, url):
+        reporting_to(url, pods, tmp_path)
+        with running(pods, tmp_path) as gang:
+            codes = gang.wait_all(RUN_TIMEOUT_S)
+            assert set(codes.values()) == {0}, f"exit codes {codes}\n{gang.logs()}"
+            results = {name: pod.result() for name, pod in gang.pods.items()}
     assert sorted(result["task"] for result in results.values()) == ["worker-0", "worker-1"]
     assert {result["epochs_run"] for result in results.values()} == {EPOCHS}
     assert min(result["test_accuracy"] for result in results.values()) >= MIN_ACCURACY
+    last = last_reports(server)
+    assert set(last) == {pod["metadata"]["name"] for pod in pods}
+    for report in map(Report.model_validate, last.values()):
+        assert report.total_steps is not None and report.total_steps % EPOCHS == 0, report
+        assert report.step == report.total_steps == report.last_checkpoint_step, report
+        assert report.loss is not None and report.samples_per_second, report
 
 
 def test_parameter_server_chief_worker_and_ps_train_to_completion_from_tf_config(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from contextlib import ExitStack
 
 from dtjob_trainer.environment import TrainerEnvironment, TrainerEnvironmentError
 from dtjob_trainer.progress import ProgressReporter
+from dtjob_trainer.progress_report import ProgressPoster
 from dtjob_trainer.tensorflow.callbacks import PreemptibleBackupAndRestore, ProgressCallback
 from dtjob_trainer.tensorflow.strategy import multi_worker_mirrored_strategy, save_model
 from dtjob_trainer.termination import TerminationSignal
@@ -43,14 +44,20 @@ def main(argv: Sequence[str]) -> int:
         termination = stack.enter_context(
             TerminationSignal(env.preemption_budget_s, env.termination_message_path)
         )
+        # Every worker reports to the operator's intake (when it takes reports); the chief serves metrics.
+        poster = ProgressPoster.from_environ()
+        if poster is not None:
+            stack.enter_context(poster)
         callbacks = [
             PreemptibleBackupAndRestore(
-                env.checkpoint_dir / "backup", termination, save_freq=args.backup_every
+                env.checkpoint_dir / "backup", termination, save_freq=args.backup_every, poster=poster
             )
         ]
+        reporter = None
         if is_chief and env.metrics_port is not None:
             reporter = stack.enter_context(ProgressReporter(env.metrics_port, attempt=env.attempt))
-            callbacks.append(ProgressCallback(reporter, args.global_batch_size))
+        if reporter is not None or poster is not None:
+            callbacks.append(ProgressCallback(reporter, args.global_batch_size, poster))
         history = model.fit(
             training_dataset(data, args.global_batch_size, args.seed),
             epochs=args.epochs,

@@ -98,6 +98,10 @@ class ProgressPoster:
                 self._urgent = True
                 self._changed.notify()
 
+    def record_total_steps(self, total_steps: int) -> None:
+        """When the number of steps is known only once training begins (a framework's trainer)."""
+        self._update({"totalSteps": total_steps})
+
     def record_checkpoint(self, step: int) -> None:
         self._update({"lastCheckpointStep": step})
 

@@ -1,4 +1,5 @@
-"""Keras (tf_keras) callbacks: resume with BackupAndRestore, stop cleanly on SIGTERM, report progress."""
+"""Keras (tf_keras) callbacks: resume with BackupAndRestore, stop cleanly on SIGTERM, report progress
+(to the pod's Prometheus endpoint and to the operator's intake)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tf_keras
 
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 from dtjob_trainer.progress import ProgressReporter
+from dtjob_trainer.progress_report import ProgressPoster
 from dtjob_trainer.termination import TerminationSignal
 
 
@@ -33,9 +35,13 @@ class PreemptibleBackupAndRestore(tf_keras.callbacks.BackupAndRestore):  # type:
         *,
         save_freq: int | str = "epoch",
         delete_checkpoint: bool = True,
+        poster: ProgressPoster | None = None,
     ) -> None:
+        """`poster`: told when a backup is being written (not a hang, however long) and its step."""
         super().__init__(str(backup_dir), save_freq=save_freq, delete_checkpoint=delete_checkpoint)
         self._termination = termination
+        self._poster = poster
+        self._at_epoch_end = False
         self._count_requests: Any = None
 
     def set_model(self, model: tf_keras.Model) -> None:
@@ -67,9 +73,28 @@ class PreemptibleBackupAndRestore(tf_keras.callbacks.BackupAndRestore):  # type:
             self._exit(self._current_epoch * self.params["steps"] + batch + 1)
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
-        super().on_epoch_end(epoch, logs)  # under ParameterServerStrategy this backs the epoch up
+        self._at_epoch_end = True
+        try:
+            super().on_epoch_end(epoch, logs)  # under ParameterServerStrategy this backs the epoch up
+        finally:
+            self._at_epoch_end = False
         if self._parameter_server_training() and self._termination.requested:
             self._exit((epoch + 1) * self.params["steps"])
+
+    def _backup(self, epoch: int, batch: int = 0) -> None:
+        if self._poster is None:
+            super()._backup(epoch, batch)
+            return
+        self._poster.checkpointing(True)
+        try:
+            super()._backup(epoch, batch)
+        finally:
+            self._poster.checkpointing(False)
+        # At an epoch's end the backup holds the whole epoch; otherwise up to the batch just trained.
+        steps = self.params["steps"]
+        self._poster.record_checkpoint(
+            (epoch + 1) * steps if self._at_epoch_end else epoch * steps + batch + 1
+        )
 
     def _parameter_server_training(self) -> bool:
         return isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
@@ -86,13 +111,21 @@ class PreemptibleBackupAndRestore(tf_keras.callbacks.BackupAndRestore):  # type:
 
 
 class ProgressCallback(tf_keras.callbacks.Callback):  # type: ignore[misc]
-    """Feed a ProgressReporter from `fit` (batch hooks: not usable under ParameterServerStrategy)."""
+    """Feed a ProgressReporter (the chief's Prometheus endpoint) and a ProgressPoster (the operator's
+    intake, from every worker) from `fit`; either may be None. Batch hooks: not usable under
+    ParameterServerStrategy."""
 
-    def __init__(self, reporter: ProgressReporter, global_batch_size: int) -> None:
+    def __init__(
+        self, reporter: ProgressReporter | None, global_batch_size: int, poster: ProgressPoster | None = None
+    ) -> None:
         super().__init__()
-        self._reporter = reporter
+        self._reporter, self._poster = reporter, poster
         self._global_batch_size = global_batch_size
         self._epoch = 0
+
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._poster is not None:
+            self._poster.record_total_steps(self.params["epochs"] * self.params["steps"])
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._epoch = epoch
@@ -100,4 +133,7 @@ class ProgressCallback(tf_keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         step = self._epoch * self.params["steps"] + batch + 1
         loss = float((logs or {}).get("loss", float("nan")))
-        self._reporter.record_step(step, self._epoch, loss, self._global_batch_size)
+        if self._reporter is not None:
+            self._reporter.record_step(step, self._epoch, loss, self._global_batch_size)
+        if self._poster is not None:
+            self._poster.record_step(step, self._epoch, loss, self._global_batch_size)
