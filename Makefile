@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TIER ?= C
 ADDONS ?=
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo demo-tools demo-images
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -56,5 +56,13 @@ test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster
 	$(PY) -m localcluster down
 	$(PY) -m pytest -q -ra --durations=20
 
-demo: deps venv build ## Local cluster + operator via Helm + the DDP example trained to Succeeded
+demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded
+	@# A first run overlaps the Go builds the demo needs (not Kueue's) with the venv and the image builds.
+	@$(MAKE) --no-print-directory -j3 --output-sync=line demo-tools demo-images
 	$(PY) -m hack.demo
+
+demo-tools:
+	@localcluster/build.sh etcd k8s kwok coredns helm
+
+demo-images: venv
+	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch

@@ -50,3 +50,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [localqueues]
   verbs: [list, watch]
 {{- end -}}
+
+{{/*
+Values reused from an earlier release (`helm upgrade --reuse-values`) lack the keys this release added, and
+Helm does not fill them from this chart's defaults: say so, and what to run, instead of failing on a nil.
+*/}}
+{{- define "dtjob.checkValues" -}}
+{{- range $key := list "replicas" "maxConcurrentPasses" "apiQPS" "apiBurst" "kueue" "manageCRD" "nccl" "progress" -}}
+{{- if not (hasKey $.Values $key) -}}
+{{- fail (printf "values.%s is missing: values reused from an earlier release (--reuse-values) lack this release's defaults; upgrade with --reset-then-reuse-values (Helm 3.14 or later) or with -f your-values.yaml" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -59,11 +59,12 @@ def show(reader: Reader, name: str, choice: Choice, console: Console, errors: Co
     chosen = Choice(attempt, choice.rank)
     pods = [p for p in views.in_rank_order(job, reader.pods(name)) if chosen.wants(job, p, 0)]
     if not pods:
-        why = (
-            f"the gang restarted since (attempt {current} now), and a gang restart deletes the pods it ends"
-            if attempt < current
-            else "none exists yet"
-        )
+        if attempt < current:
+            why = f"the gang restarted since (attempt {current} now), and a gang restart deletes the pods it ends"
+        elif views.phase(job) in views.TERMINAL_PHASES:
+            why = f"the job is {views.phase(job)}, and its pods that had not ended went with it (runPolicy.cleanPodPolicy)"
+        else:
+            why = "none exists yet"
         rank = "" if choice.rank is None else f" rank {choice.rank}"
         errors.print(f"no pods of {name}{rank} in attempt {attempt}: {why}", highlight=False)
         return 1
