@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TIER ?= C
 ADDONS ?=
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo demo-tools demo-images
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo demo-tools demo-images venv-core
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -15,10 +15,16 @@ deps: ## Debian packages the local cluster needs (containerd, runc, CNI plugins,
 	@bash hack/install-deps.sh
 
 venv: $(VENV)/.installed ## Python virtualenv with the operator, the trainer runtime and dev tools
-$(VENV)/.installed: pyproject.toml trainer-images/runtime/pyproject.toml
+$(VENV)/.installed: $(VENV)/.core pyproject.toml trainer-images/runtime/pyproject.toml
+	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples,integrations]'
+	@touch $@
+
+# The operator's package alone: all the demo needs (torch and TensorFlow run in the images, not here).
+venv-core: $(VENV)/.core
+$(VENV)/.core: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples,integrations]'
+	$(PY) -m pip install -q -e .
 	@touch $@
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)
@@ -57,12 +63,13 @@ test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster
 	$(PY) -m pytest -q -ra --durations=20
 
 demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded
-	@# A first run overlaps the Go builds the demo needs (not Kueue's) with the venv and the image builds.
-	@$(MAKE) --no-print-directory -j3 --output-sync=line demo-tools demo-images
+	@# A first run builds the Go components the demo needs (not Kueue) while the operator's package
+	@# installs and the images build; the test suite's heavier venv is left for `make test`.
+	@$(MAKE) --no-print-directory -j3 demo-tools demo-images
 	$(PY) -m hack.demo
 
 demo-tools:
 	@localcluster/build.sh etcd k8s kwok coredns helm
 
-demo-images: venv
+demo-images: venv-core
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch
