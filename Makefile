@@ -63,13 +63,13 @@ test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster
 	$(PY) -m pytest -q -ra --durations=20
 
 demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded
-	@# A first run builds the Go components the demo needs (not Kueue) while the operator's package
+	@# A first run builds the Go components the demo needs (not Kueue, nor kwok) while the operator's package
 	@# installs and the images build; the test suite's heavier venv is left for `make test`.
 	@$(MAKE) --no-print-directory -j3 demo-tools demo-images
 	$(PY) -m hack.demo
 
 demo-tools:
-	@localcluster/build.sh etcd k8s kwok coredns helm
+	@localcluster/build.sh etcd k8s coredns helm
 
 demo-images: venv-core
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch

@@ -32,8 +32,9 @@ def say(msg: str) -> None:
 def main() -> int:
     started = time.monotonic()
     cluster = Cluster()
-    cluster.up(Tier.C)
-    cluster.build(Tier.C, with_helm=True)
+    # The real node alone: the demo's pods run there, and kwok's fake GPU nodes are for the tests.
+    cluster.up(Tier.C, fake_nodes=0)
+    cluster.build(Tier.C, with_helm=True, fake_nodes=0)
     say("building the operator and trainer images (cached after the first run)")
     operator = images.ensure(cluster, images.OPERATOR)
     images.ensure(cluster, images.TORCH_TRAINER)

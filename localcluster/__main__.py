@@ -15,7 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="bring the cluster up to a tier (incremental, idempotent)")
     up.add_argument("--tier", type=Tier, choices=list(Tier), default=Tier.C)
-    up.add_argument("--fake-nodes", type=int, default=200, help="fake GKE GPU nodes (tier B and up)")
+    up.add_argument(
+        "--fake-nodes",
+        type=int,
+        default=200,
+        help="fake GKE GPU nodes (tier B and up); 0: no kwok at all (tier C's real node alone)",
+    )
     up.add_argument("--addons", default="", help="comma-separated optional components (tier B and up): kueue")
     sub.add_parser("down", help="stop every component and remove all state, interfaces and rules")
     sub.add_parser("status", help="print which tier runs and each component's PID")

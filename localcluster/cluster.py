@@ -92,8 +92,12 @@ class Cluster:
             raise ClusterError(f"cluster components died: {', '.join(dead)}\n{tails}")
 
     # --- lifecycle ------------------------------------------------------------------------------------
-    def build(self, tier: Tier, with_helm: bool = False, addons: tuple[str, ...] = ()) -> None:
-        tools = [*TOOLS[tier], *(["helm"] if with_helm else []), *addons]
+    def build(
+        self, tier: Tier, with_helm: bool = False, addons: tuple[str, ...] = (), fake_nodes: int = 200
+    ) -> None:
+        """`fake_nodes` 0: no kwok (a tier C for the real node alone, as the demo runs)."""
+        tools = [t for t in TOOLS[tier] if fake_nodes or t != "kwok"]
+        tools += [*(["helm"] if with_helm else []), *addons]
         subprocess.run([str(HERE / "build.sh"), *tools], check=True,
                        env={**os.environ, "DTJOB_CACHE": str(self.layout.cache)})  # fmt: skip
 
@@ -105,7 +109,9 @@ class Cluster:
             )
         if addons and tier < Tier.B:
             raise ClusterError(f"addons run on tier B or C, not {tier}")
-        self.build(tier, addons=addons)
+        if addons and not fake_nodes:
+            raise ClusterError("addons need kwok's fake nodes: --fake-nodes 0 runs none")
+        self.build(tier, addons=addons, fake_nodes=fake_nodes)
         try:
             self.check_alive()
         except ClusterError as err:  # `up` restarts what died, after saying so
@@ -120,7 +126,7 @@ class Cluster:
             step = time.monotonic()
             controlplane.start(self.layout, self.procs)
             _log(f"tier A (control plane) ready in {time.monotonic() - step:.1f}s")
-            if tier >= Tier.B:
+            if tier >= Tier.B and fake_nodes:
                 step = time.monotonic()
                 fakenodes.start(self.layout, self.procs)
                 fakenodes.apply_nodes(self.layout, fakenodes.fleet(fake_nodes))
