@@ -21,11 +21,16 @@ CHART = REPO / "helm" / "dtjob-operator"
 RELEASE = "dtjob"
 
 
-def helm(cluster: Cluster, *args: str) -> str:
-    proc = subprocess.run(
+def helm_answer(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """helm against the cluster, whatever it answers."""
+    return subprocess.run(
         [str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig), *args],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def helm(cluster: Cluster, *args: str) -> str:
+    proc = helm_answer(cluster, *args)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -9,7 +9,6 @@ writes is kept (not pruned). Then `helm rollback`: again no pod touched and coun
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +20,7 @@ from dtjob.crd import REVISION_ANNOTATION, SCHEMA_REVISION
 from dtjob.handlers import LEGACY_FINALIZER
 from hack import images, releases
 from localcluster import Cluster, sim
-from tests.e2e.test_helm_operator import CHART, RELEASE, helm, operator_pod
+from tests.e2e.test_helm_operator import CHART, RELEASE, helm, helm_answer, operator_pod
 from tests.integration.conftest import CRD_FILE, GROUP, JOB_LABEL, PLURAL, VERSION, Jobs, pytorch_job
 from tests.waiting import wait_for
 
@@ -56,11 +55,6 @@ def installed_previous(
             objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"],
                                                    {"metadata": {"finalizers": None}})  # fmt: skip
         cluster_c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-
-
-def helm_answer(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def uids(jobs: Jobs, name: str) -> dict[str, str]:

@@ -90,3 +90,21 @@ def test_each_failure_is_one_line_that_says_what_is_wrong(
     down = dtjob("get", "--kubeconfig", str(unreachable))
     assert down.returncode == 1 and down.stderr.startswith("Error: cannot reach the apiserver"), down
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+def test_a_job_deleted_while_watched_ends_the_watch_with_a_line_saying_so(
+    cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, namespace: str
+) -> None:
+    """Without a terminal, `watch` prints its lines plainly; it ends (exit 1) once the job is gone."""
+    jobs.create(pytorch_job("fleeting"))
+    watching = subprocess.Popen([sys.executable, "-m", "dtjob.cli", "watch", "fleeting", "-n", namespace],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert watching.stdout is not None
+        first = watching.stdout.readline()  # the job as the watch first saw it: it is watching now
+        assert first.split(" ", 1)[1].strip() == "Pending, attempt 1", first
+        jobs.delete("fleeting")
+        out, err = watching.communicate(timeout=60)
+        assert (watching.returncode, err.strip()) == (1, "fleeting was deleted"), (out, err)
+    finally:
+        watching.kill()

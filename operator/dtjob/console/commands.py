@@ -26,7 +26,11 @@ def _consoles() -> tuple[Console, Console]:
     out = Console(highlight=False, markup=False)
     if not out.is_terminal:
         out.width = UNCUT_WIDTH
-    return out, Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    return out, _errors()
+
+
+def _errors() -> Console:
+    return Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def _reader(args: argparse.Namespace) -> Reader:
@@ -64,7 +68,7 @@ def reporting_failures(run: Callable[[argparse.Namespace], int]) -> Callable[[ar
     """A missing job, a bad kubeconfig or an unreachable apiserver: one line on stderr, exit 1."""
 
     def guarded(args: argparse.Namespace) -> int:
-        errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+        errors = _errors()
         try:
             return run(args)
         except NotFound as err:
