@@ -93,7 +93,9 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_touch_no_pod_and_ke
     wait_for(lambda: counters(jobs, "restarting") == (2, {"failures": 1, "preemptions": 0, "total": 1}),
              "the previous release's gang restart")  # fmt: skip
     steady = uids(jobs, "steady")
-    assert core.read_namespaced_pod("restarting-worker-1", namespace).metadata.deletion_timestamp
+    # The previous release writes the new attempt to the status, then deletes the ended attempt's pods.
+    wait_for(lambda: core.read_namespaced_pod("restarting-worker-1", namespace).metadata.deletion_timestamp,
+             "the ended attempt's pod deleted (and held)")  # fmt: skip
 
     # `helm upgrade` to this tree's chart and image. Reusing the old release's values alone lacks the
     # keys this release added (Helm does not fill them from the new chart's defaults): the chart says so.
