@@ -1,7 +1,7 @@
 """Gang restarts with real training on the real node (tier C): a worker of the DDP example is deleted, or
 evicted through the Eviction API, mid-run. The whole gang comes back as attempt 2, resumes from the last
 checkpoint its predecessor wrote (the trainer saves one on SIGTERM) and trains to Succeeded with the
-example's accuracy."""
+example's accuracy. The same for a worker of the tensor and pipeline parallel examples, evicted."""
 
 from __future__ import annotations
 
@@ -101,3 +101,35 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     # the one the trainer saved on SIGTERM after it; never from scratch.
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
+
+
+@pytest.mark.parametrize("example", ["tp-digits", "pp-digits"])
+def test_an_evicted_model_parallel_worker_restarts_the_gang_from_every_ranks_shards(
+    cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str, example: str
+) -> None:
+    """Tensor and pipeline parallel gangs: no rank holds the whole model, so the new gang resumes only if
+    every rank's part was written and each is read back by the rank that holds it now."""
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    job: dict[str, Any] = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())
+    name = job["metadata"]["name"] = f"restart-{example}"
+    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
+    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    with running_operator(cluster_c, namespace):
+        jobs.create(job)
+        seen = wait_for(
+            lambda: (step := checkpoints.latest_step()) is not None and step >= DISRUPT_AFTER_STEP and step,
+            f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
+            timeout=300,
+        )
+        evict(core, namespace, f"{name}-worker-1")
+        try:
+            jobs.wait_condition(name, "Succeeded", timeout=600)
+        except AssertionError:
+            raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
+    status = jobs.get(name)["status"]
+    assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
+    # Rank 0's log: the job's other pods may be gone once it ends (cleanPodPolicy). Rank 0 reports
+    # the whole model it gathered from every rank.
+    result = result_line(core, namespace, f"{name}-worker-0")
+    assert seen <= result["resumed_from_step"] < result["step"], (seen, result)
+    assert result["test_accuracy"] >= 0.95, result

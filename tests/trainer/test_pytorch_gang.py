@@ -1,5 +1,6 @@
 """The PyTorch examples as local gangs with the operator's rendered env (see local_gang): training,
-identical weights, a killed rank, SIGTERM, exact resume, sharded checkpoints, a Vertex-style script."""
+identical weights, a killed rank, SIGTERM, exact resume, sharded checkpoints, tensor and pipeline
+parallelism, a Vertex-style script."""
 
 from __future__ import annotations
 
@@ -127,6 +128,38 @@ def test_fsdp_gang_trains_and_a_restarted_gang_loads_its_sharded_checkpoint(tmp_
     assert {result["resumed_from_step"] for result in restarted.values()} == {final_step}
     assert the_one({result["weights_sha256"] for result in restarted.values()}) == the_one(
         {result["weights_sha256"] for result in trained.values()}
+    )
+
+
+@pytest.mark.parametrize("manifest", ["tp-digits.yaml", "pp-digits.yaml"])
+def test_model_parallel_gang_killed_mid_run_resumes_from_its_shards_and_ends_bitwise_equal(
+    manifest: str, tmp_path: Path
+) -> None:
+    whole, workdir = tmp_path / "uninterrupted", tmp_path / "killed"
+    whole.mkdir(), workdir.mkdir()
+    uninterrupted = train(local_job(manifest, whole), 0, whole)
+    final_step = the_one({result["step"] for result in uninterrupted.values()})
+    # Every rank holds a different part of one model, and all of them end with the same whole.
+    assert the_one({result["test_accuracy"] for result in uninterrupted.values()}) >= MIN_ACCURACY
+    job = local_job(manifest, workdir)
+    checkpoints = checkpoints_of(job)
+    with running(rendered_pods(job, attempt=0), workdir) as gang:
+        first = gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
+        gang.pod_named("worker-1").signal(signal.SIGKILL)
+    last_checkpoint = checkpoints.latest_step()
+    assert last_checkpoint is not None and first <= last_checkpoint < final_step, "the kill was not mid-run"
+    # Each rank wrote its own part: tensor parallel shards, or its pipeline stage's layers.
+    assert {p.name for p in checkpoints.path_for(last_checkpoint).iterdir()} >= {
+        "__0_0.distcp",
+        "__1_0.distcp",
+    }
+
+    resumed = train(job, attempt=1, workdir=workdir)
+
+    assert {result["resumed_from_step"] for result in resumed.values()} == {last_checkpoint}
+    assert {result["step"] for result in resumed.values()} == {final_step}
+    assert the_one({result["weights_sha256"] for result in resumed.values()}) == the_one(
+        {result["weights_sha256"] for result in uninterrupted.values()}
     )
 
 

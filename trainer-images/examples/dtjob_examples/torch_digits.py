@@ -1,4 +1,5 @@
-"""An MLP on the digits data set with the dtjob runtime, replicated (DDP) or sharded (FSDP2).
+"""An MLP on the digits data set with the dtjob runtime: replicated (DDP), sharded (FSDP2) or split
+across the ranks layer by layer (tensor parallel: DTensor's `parallelize_module`).
 
 Resumes exactly: with the same seed, a run that was stopped and restarted ends with the same weights
 as one that was not (sampler position, RNG states, optimizer and LR scheduler are all checkpointed).
@@ -26,17 +27,19 @@ from dtjob_trainer.pytorch.session import TrainingSession, open_session
 from dtjob_trainer.pytorch.state import TrainingState
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 from dtjob_examples.digits import CLASSES, FEATURES, load_digits_split
 from dtjob_examples.reporting import configure_logging, print_result
 
-Parallelism = Literal["ddp", "fsdp"]
+Parallelism = Literal["ddp", "fsdp", "tp"]
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -57,7 +60,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--slow-save-seconds", type=float, default=0.0, help="the first save takes this long more"
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def build_model() -> nn.Sequential:
@@ -76,6 +79,12 @@ def parallelize(model: nn.Sequential, parallelism: Parallelism, context: Distrib
     if parallelism == "ddp":
         device_ids = [context.device.index] if context.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
+    if parallelism == "tp":
+        # Megatron's pairing: the first layer's output features split across the ranks (columns), the
+        # second's input features (rows), so the hidden activations stay local and one all-reduce a layer
+        # pair joins them. The small last layer is replicated: every rank computes it on the same input.
+        mesh = init_device_mesh(context.device.type, (context.world_size,))
+        return parallelize_module(model, mesh, {"0": ColwiseParallel(), "3": RowwiseParallel()})
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
@@ -118,7 +127,7 @@ def _faults(args: argparse.Namespace, session: TrainingSession, rank: int, attem
 
 
 def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
-    args = parse_args(argv)
+    args = argument_parser().parse_args(argv)
     configure_logging()
     env = TrainerEnvironment.from_environ()
     seed_everything(args.seed)
@@ -128,8 +137,10 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
         model = parallelize(build_model().to(device), parallelism, context)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         train_set = TensorDataset(torch.from_numpy(data.x_train), torch.from_numpy(data.y_train))
+        # Tensor parallel ranks hold parts of one model replica: they all train on the same batch.
+        data_replicas, data_rank = (1, 0) if parallelism == "tp" else (context.world_size, context.rank)
         sampler = ResumableDistributedSampler(
-            train_set, num_replicas=context.world_size, rank=context.rank, shuffle=True, seed=args.seed
+            train_set, num_replicas=data_replicas, rank=data_rank, shuffle=True, seed=args.seed
         )
         steps_per_epoch = math.ceil(sampler.num_samples / args.batch_size)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
@@ -147,7 +158,7 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
             context,
             state,
             checkpoint_every_steps=args.checkpoint_every,
-            sharded=parallelism == "fsdp",
+            sharded=parallelism != "ddp",
             asynchronous_checkpoints=args.async_checkpoints,
             total_steps=args.epochs * steps_per_epoch,
         ) as session:
@@ -165,7 +176,8 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
                     loss.backward()
                     optimizer.step()
                     scheduler.step()
-                    session.end_of_step(loss.item(), samples=len(y))
+                    # The session counts a step's samples as this rank's times the world size.
+                    session.end_of_step(loss.item(), samples=len(y) * data_replicas // context.world_size)
                     _faults(args, session, context.rank, env.attempt)
                 session.end_of_epoch()
         weights = full_weights(model)

@@ -6,9 +6,9 @@ position) and the RNG states of every rank. Layout and atomicity: checkpoint_fil
 - Replicated models (one process, or DistributedDataParallel): rank 0 writes `trainer.pt`; every rank
   loads it. `save_async` copies the state to host memory and lets a background thread write it, so
   training stalls only for the copy.
-- Sharded models (FSDP2 `fully_shard`): every rank writes its own shards with
-  torch.distributed.checkpoint into the same directory and rank 0 adds `trainer.pt` with the rest;
-  every rank loads its shards (DCP reshards if the world size changed).
+- Sharded models (FSDP2 `fully_shard`, tensor parallel DTensors, a pipeline stage per rank): every rank
+  writes its own shards with torch.distributed.checkpoint into the same directory and rank 0 adds
+  `trainer.pt` with the rest; every rank loads its shards (DCP reshards if the world size changed).
 
 Every public method is collective: call it on all ranks, in the same order.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as load_shards
 from torch.distributed.checkpoint.state_dict_saver import save as save_shards
 from torch.nn.parallel import DistributedDataParallel
@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 TRAINER_STATE_FILE = "trainer.pt"
 FORMAT_VERSION = 1
+# The optimizer's state keyed by parameter name throughout (param_groups too): DCP keeps one copy of a
+# key all ranks write, so a nested param_groups list, different on each pipeline stage, would be saved
+# from rank 0 alone and loaded into every stage.
+SHARDED_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 class CheckpointManager:
@@ -111,10 +115,14 @@ class CheckpointManager:
             )
         if self._sharded:
             # DCP loads in place into the tensors of these state dicts, resharding as needed.
-            model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
+            model_state, optimizer_state = get_state_dict(state.model, state.optimizer, options=SHARDED_STATE)
             load_shards({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
             set_state_dict(
-                state.model, state.optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state
+                state.model,
+                state.optimizer,
+                model_state_dict=model_state,
+                optim_state_dict=optimizer_state,
+                options=SHARDED_STATE,
             )
         else:
             _unwrapped(state.model).load_state_dict(trainer_state["model"])
@@ -170,7 +178,7 @@ class CheckpointManager:
         if self._context.is_rank_zero:
             self.files.begin(step)
         dist.barrier()  # the staging directory exists before any rank writes into it
-        model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
+        model_state, optimizer_state = get_state_dict(state.model, state.optimizer, options=SHARDED_STATE)
         save_shards({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=staging)
         trainer_state = self._trainer_state(state)
         if self._context.is_rank_zero:
