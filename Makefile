@@ -16,7 +16,7 @@ deps: ## Debian packages the local cluster needs (containerd, runc, CNI plugins,
 
 venv: $(VENV)/.installed ## Python virtualenv with the operator, the trainer runtime and dev tools
 $(VENV)/.installed: $(VENV)/.core pyproject.toml trainer-images/runtime/pyproject.toml
-	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples,integrations]'
+	$(PY) -m pip install -q -e '.[dev]' -e 'trainer-images/runtime[torch,tensorflow,examples,integrations,deepspeed]'
 	@touch $@
 
 # The operator's package alone: all the demo needs (torch and TensorFlow run in the images, not here).

@@ -1,12 +1,14 @@
 """Gang restarts with real training on the real node (tier C): a worker of the DDP example is deleted, or
 evicted through the Eviction API, mid-run. The whole gang comes back as attempt 2, resumes from the last
 checkpoint its predecessor wrote (the trainer saves one on SIGTERM) and trains to Succeeded with the
-example's accuracy. The same for a worker of the tensor and pipeline parallel examples, evicted."""
+example's accuracy. The same for an evicted worker of the tensor parallel, pipeline parallel, DeepSpeed and
+Hugging Face Accelerate examples."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,21 +105,42 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
 
 
-@pytest.mark.parametrize("example", ["tp-digits", "pp-digits"])
-def test_an_evicted_model_parallel_worker_restarts_the_gang_from_every_ranks_shards(
+def newest_checkpoint(example: str, directory: Path) -> int | None:
+    if example == "hf-accelerate-digits":  # the Trainer's own checkpoint-N directories
+        steps = [
+            int(p.name.split("-")[1])
+            for p in directory.glob("checkpoint-*")
+            if (p / "trainer_state.json").exists()
+        ]
+        return max(steps, default=None)
+    return CheckpointDirectory(directory, keep_last=1).latest_step()
+
+
+@pytest.mark.parametrize("example", ["tp-digits", "pp-digits", "deepspeed-digits", "hf-accelerate-digits"])
+def test_an_evicted_worker_of_another_framework_restarts_the_gang_from_every_ranks_checkpoint(
     cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str, example: str
 ) -> None:
-    """Tensor and pipeline parallel gangs: no rank holds the whole model, so the new gang resumes only if
-    every rank's part was written and each is read back by the rank that holds it now."""
+    """Tensor and pipeline parallel gangs, DeepSpeed ZeRO and a Hugging Face Trainer under accelerate
+    launch: no rank holds the whole of what must be resumed (model or optimizer state), so the new gang
+    resumes only if every rank's part was written and each is read back by the rank that holds it now."""
     images.ensure(cluster_c, images.TORCH_TRAINER)
     job: dict[str, Any] = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())
     name = job["metadata"]["name"] = f"restart-{example}"
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
-    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
+    # Long enough that the eviction lands mid-run (accelerate's command line is one shell argument).
+    trainer["args"] = [arg.replace("--epochs 20", "--epochs 60") for arg in trainer["args"]]
+    if "--epochs" in trainer["args"]:
+        trainer["args"][trainer["args"].index("--epochs") + 1] = "60"
+    checkpoints = fresh_checkpoint_dir(job)
     with running_operator(cluster_c, namespace):
         jobs.create(job)
         seen = wait_for(
-            lambda: (step := checkpoints.latest_step()) is not None and step >= DISRUPT_AFTER_STEP and step,
+            lambda: (
+                (step := newest_checkpoint(example, checkpoints)) is not None
+                and step >= DISRUPT_AFTER_STEP
+                and step
+            ),
             f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
             timeout=300,
         )
@@ -128,8 +151,7 @@ def test_an_evicted_model_parallel_worker_restarts_the_gang_from_every_ranks_sha
             raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
-    # Rank 0's log: the job's other pods may be gone once it ends (cleanPodPolicy). Rank 0 reports
-    # the whole model it gathered from every rank.
+    # Rank 0's log: the job's other pods may be gone once it ends (cleanPodPolicy).
     result = result_line(core, namespace, f"{name}-worker-0")
     assert seen <= result["resumed_from_step"] < result["step"], (seen, result)
     assert result["test_accuracy"] >= 0.95, result

@@ -4,7 +4,8 @@ The pods come from the operator's own `dtjob.desired.render_children` applied to
 examples/. Only what a pod network and the kubelet would provide is substituted:
 - rank 0's DNS name (MASTER_ADDR, PET_MASTER_ADDR) and every TF_CONFIG host become 127.0.0.1, and the
   ports become free local ports, since all "pods" share this machine's network namespace;
-- `python` in the command is this interpreter, and the image's PYTHONPATH points at the examples;
+- `python` in the command is this interpreter (its venv's commands first on PATH, as the image's are), and
+  the image's PYTHONPATH points at the examples;
 - the directories the job mounts (checkpoint.path, output.modelDir) are set in the job to a temporary
   directory before rendering, and DTJ_METRICS_PORT / DTJ_TERMINATION_MESSAGE_PATH get per-process
   values (a pod has its own port space and its own /dev/termination-log).
@@ -23,7 +24,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -101,14 +102,26 @@ class LocalPod:
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.kill()
             self.process.wait()
             raise AssertionError(
                 f"{self.name} did not exit within {timeout:.0f}s; log tail:\n{self.log()[-3000:]}"
             ) from None
 
     def signal(self, signum: signal.Signals) -> None:
-        self.process.send_signal(signum)
+        """As a container's processes get it: SIGKILL ends them all (the pod is gone); any other signal
+        goes to the main process (a container's PID 1), which passes it on as it will (torchrun does)."""
+        if signum == signal.SIGKILL:
+            self.kill()
+        else:
+            self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """Every process of the pod, as when its container goes: the command and whatever it started
+        (torchrun's workers, which it puts in sessions of their own)."""
+        for pid in (self.process.pid, *_descendants(self.process.pid)):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 class LocalGang:
@@ -146,8 +159,7 @@ class LocalGang:
     def kill_all(self) -> None:
         """What the operator does to a gang: every pod goes, at once."""
         for pod in self.pods.values():
-            if pod.process.poll() is None:
-                pod.process.kill()
+            pod.kill()
         for pod in self.pods.values():
             pod.process.wait()
 
@@ -175,8 +187,8 @@ class LocalGang:
         metrics_port = free_port()
         termination_message_path = self._workdir / f"{name}.termination-log"
         env = {
-            # The image's environment.
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            # The image's environment: its venv's commands (accelerate, torchrun) first.
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             # The examples and the runtime of this tree (as the image has them), whatever is installed.
@@ -208,6 +220,24 @@ class LocalGang:
             }
             local["TF_CONFIG"] = json.dumps(tf_config)
         return local
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, from /proc (the ones alive now)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found += children
+        frontier += children
+    return found
 
 
 @contextmanager

@@ -50,6 +50,18 @@ def test_each_image_locks_the_runtimes_direct_pins_at_the_same_versions(image: s
         )
 
 
+def test_the_torch_image_carries_the_frameworks_its_examples_launch_at_the_runtimes_pins() -> None:
+    lock = locked("torch")
+    for name in ("transformers", "accelerate"):
+        assert lock.get(name) == direct_pins("integrations")[name], f"torch/requirements.txt: {name}"
+    # DeepSpeed is an sdist built against the image's torch: the Dockerfile installs it, by this pin.
+    (deepspeed,) = RUNTIME_PROJECT["optional-dependencies"]["deepspeed"]
+    assert (
+        f"pip install --no-deps --no-build-isolation {deepspeed}"
+        in (IMAGES / "torch" / "Dockerfile").read_text()
+    )
+
+
 @pytest.mark.parametrize(
     ("image", "command"),
     [("torch", "dtjob_examples.ddp_digits"), ("tensorflow", "dtjob_examples.tf_mwms_digits")],
@@ -68,5 +80,6 @@ def test_each_image_takes_its_base_as_an_argument_runs_as_non_root_and_starts_a_
 @pytest.mark.parametrize("manifest", sorted(p.name for p in (REPO / "examples").glob("*digits.yaml")))
 def test_each_example_manifest_runs_a_module_that_exists_in_its_image(manifest: str) -> None:
     text = (REPO / "examples" / manifest).read_text()
-    (module,) = set(re.findall(r"command: \[python, -m, (dtjob_examples\.\w+)\]", text))
+    # `python -m MODULE`, or a launcher's `-m MODULE` (accelerate launch)
+    (module,) = set(re.findall(r"-m,? (dtjob_examples\.\w+)", text))
     assert (IMAGES / "examples" / Path(*module.split("."))).with_suffix(".py").is_file()

@@ -131,15 +131,22 @@ def test_fsdp_gang_trains_and_a_restarted_gang_loads_its_sharded_checkpoint(tmp_
     )
 
 
-@pytest.mark.parametrize("manifest", ["tp-digits.yaml", "pp-digits.yaml"])
-def test_model_parallel_gang_killed_mid_run_resumes_from_its_shards_and_ends_bitwise_equal(
-    manifest: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("manifest", "every_ranks_part"),
+    [
+        ("tp-digits.yaml", "__{rank}_0.distcp"),  # its tensor parallel shards
+        ("pp-digits.yaml", "__{rank}_0.distcp"),  # its pipeline stage's layers
+        ("deepspeed-digits.yaml", "deepspeed/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"),  # ZeRO
+    ],
+)
+def test_gang_checkpointed_by_every_rank_killed_mid_run_resumes_and_ends_bitwise_equal(
+    manifest: str, every_ranks_part: str, tmp_path: Path
 ) -> None:
     whole, workdir = tmp_path / "uninterrupted", tmp_path / "killed"
     whole.mkdir(), workdir.mkdir()
     uninterrupted = train(local_job(manifest, whole), 0, whole)
     final_step = the_one({result["step"] for result in uninterrupted.values()})
-    # Every rank holds a different part of one model, and all of them end with the same whole.
+    # Every rank holds a different part of the model or its optimizer, and all end with the same whole.
     assert the_one({result["test_accuracy"] for result in uninterrupted.values()}) >= MIN_ACCURACY
     job = local_job(manifest, workdir)
     checkpoints = checkpoints_of(job)
@@ -148,11 +155,8 @@ def test_model_parallel_gang_killed_mid_run_resumes_from_its_shards_and_ends_bit
         gang.pod_named("worker-1").signal(signal.SIGKILL)
     last_checkpoint = checkpoints.latest_step()
     assert last_checkpoint is not None and first <= last_checkpoint < final_step, "the kill was not mid-run"
-    # Each rank wrote its own part: tensor parallel shards, or its pipeline stage's layers.
-    assert {p.name for p in checkpoints.path_for(last_checkpoint).iterdir()} >= {
-        "__0_0.distcp",
-        "__1_0.distcp",
-    }
+    for rank in (0, 1):
+        assert (checkpoints.path_for(last_checkpoint) / every_ranks_part.format(rank=rank)).is_file()
 
     resumed = train(job, attempt=1, workdir=workdir)
 
@@ -161,6 +165,42 @@ def test_model_parallel_gang_killed_mid_run_resumes_from_its_shards_and_ends_bit
     assert the_one({result["weights_sha256"] for result in resumed.values()}) == the_one(
         {result["weights_sha256"] for result in uninterrupted.values()}
     )
+
+
+def test_hugging_face_trainer_under_accelerate_launch_killed_mid_run_resumes_from_its_newest_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """`accelerate launch` with the operator's PET_* variables starts torchrun, which starts the Trainer."""
+    whole, workdir = tmp_path / "uninterrupted", tmp_path / "killed"
+    whole.mkdir(), workdir.mkdir()
+    uninterrupted = train(local_job("hf-accelerate-digits.yaml", whole), 0, whole)
+    final_step = the_one({result["step"] for result in uninterrupted.values()})
+    assert the_one({result["test_accuracy"] for result in uninterrupted.values()}) >= MIN_ACCURACY
+    job = local_job("hf-accelerate-digits.yaml", workdir)
+    checkpoints = Path(job["spec"]["checkpoint"]["path"])
+
+    def newest_checkpoint() -> int | None:
+        steps = [
+            int(p.name.split("-")[1])
+            for p in checkpoints.glob("checkpoint-*")
+            if (p / "trainer_state.json").exists()
+        ]
+        return max(steps, default=None)
+
+    with running(rendered_pods(job, attempt=0), workdir) as gang:
+        first = gang.wait_for(newest_checkpoint, "a first checkpoint", interval=0.01)
+        gang.pod_named("worker-1").signal(signal.SIGKILL)
+    last_checkpoint = newest_checkpoint()
+    assert last_checkpoint is not None and first <= last_checkpoint < final_step, "the kill was not mid-run"
+
+    resumed = train(job, attempt=1, workdir=workdir)
+
+    assert {result["resumed_from_step"] for result in resumed.values()} == {last_checkpoint}
+    assert {result["step"] for result in resumed.values()} == {final_step}
+    # Same weights on every rank, but not bitwise those of the uninterrupted run: two uninterrupted runs
+    # of this Trainer already end with different weights here (three runs, three digests).
+    the_one({result["weights_sha256"] for result in resumed.values()})
+    assert the_one({result["test_accuracy"] for result in resumed.values()}) >= MIN_ACCURACY
 
 
 def test_vertex_style_script_runs_unchanged_and_rank_zero_saves_the_model(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,11 +25,18 @@ from dtjob_trainer.pytorch.session import open_session
 from dtjob_trainer.pytorch.state import TrainingState
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from dtjob_examples.digits import load_digits_split
-from dtjob_examples.reporting import configure_logging, print_result
-from dtjob_examples.torch_digits import accuracy, argument_parser, build_model, weights_digest
+from dtjob_examples.reporting import configure_logging
+from dtjob_examples.torch_digits import (
+    accuracy,
+    argument_parser,
+    build_model,
+    epoch_loader,
+    finish,
+    training_batches,
+)
 
 # Where each stage starts in build_model's layers, by number of stages: cuts before a Linear layer, so
 # a stage hands the next one a plain activation tensor.
@@ -78,59 +84,46 @@ def run(argv: Sequence[str]) -> int:
         # Whole batches only: every microbatch of every step has the shape the stages agreed on.
         steps_per_epoch = math.floor(sampler.num_samples / args.batch_size)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
-        loader = DataLoader(
-            train_set,
-            batch_size=args.batch_size,
-            sampler=sampler,
-            drop_last=True,
-            generator=torch.Generator().manual_seed(args.seed),
-        )
+        loader = epoch_loader(train_set, sampler, args, drop_last=True)
         state = TrainingState(stage_module, optimizer, scheduler)
         with open_session(
             env,
             context,
             state,
             checkpoint_every_steps=args.checkpoint_every,
-            sharded=True,
+            checkpoint_layout="sharded",
             total_steps=args.epochs * steps_per_epoch,
         ) as session:
             resumed_from = session.resume()
-            progress = state.progress
-            for epoch in range(progress.epoch, args.epochs):
-                sampler.set_position(epoch, progress.batches_in_epoch * args.batch_size)
-                stage_module.train()
-                for x, y in loader:
-                    optimizer.zero_grad(set_to_none=True)
-                    losses: list[torch.Tensor] = []
-                    if rank == 0:
-                        schedule.step(x.to(device))
-                    elif rank == stages - 1:
-                        schedule.step(target=y.to(device), losses=losses)
-                    else:
-                        schedule.step()
-                    optimizer.step()
-                    scheduler.step()
-                    # Only the last stage has the loss; every rank reports it.
-                    loss = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=device)
-                    dist.broadcast(loss, src=stages - 1)
-                    # The session counts a step's samples as this rank's times the world size.
-                    session.end_of_step(loss.item(), samples=len(y) // stages)
-                session.end_of_epoch()
+            for x, y in training_batches(session, sampler, loader, args):
+                optimizer.zero_grad(set_to_none=True)
+                losses: list[torch.Tensor] = []
+                if rank == 0:
+                    schedule.step(x.to(device))
+                elif rank == stages - 1:
+                    schedule.step(target=y.to(device), losses=losses)
+                else:
+                    schedule.step()
+                optimizer.step()
+                scheduler.step()
+                # Only the last stage has the loss; every rank reports it.
+                loss = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=device)
+                dist.broadcast(loss, src=stages - 1)
+                # The session counts a step's samples as this rank's times the world size.
+                session.end_of_step(loss.item(), samples=len(y) // stages)
         weights = whole_model_weights(stage_module)
         model = build_model()
         model.load_state_dict(weights)
         test_accuracy = accuracy(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
-        if context.is_rank_zero and env.model_dir is not None:
-            Path(env.model_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(weights, Path(env.model_dir) / "model.pt")
-        print_result(
-            rank=rank,
-            step=state.progress.step,
-            resumed_from_step=resumed_from,
-            test_accuracy=test_accuracy,
-            weights_sha256=weights_digest(weights),
-        )
-    return 0 if test_accuracy >= args.min_accuracy else 1
+    return finish(
+        args,
+        env,
+        context.rank,
+        step=state.progress.step,
+        resumed_from=resumed_from,
+        weights=weights,
+        test_accuracy=test_accuracy,
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -112,6 +112,65 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(dim=1) == y).float().mean())
 
 
+def epoch_loader(
+    train_set: TensorDataset,
+    sampler: ResumableDistributedSampler,
+    args: argparse.Namespace,
+    *,
+    drop_last: bool = False,
+) -> DataLoader[tuple[torch.Tensor, ...]]:
+    # A private generator: DataLoader draws a seed from the global RNG each epoch otherwise, which a
+    # resumed run would not replay.
+    return DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        drop_last=drop_last,
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+
+
+def training_batches(
+    session: TrainingSession,
+    sampler: ResumableDistributedSampler,
+    loader: DataLoader[tuple[torch.Tensor, ...]],
+    args: argparse.Namespace,
+) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The batches left to train on, from where the session resumed: the rest of its epoch, then whole
+    epochs up to --epochs; the model in training mode."""
+    progress = session.state.progress
+    for epoch in range(progress.epoch, args.epochs):
+        sampler.set_position(epoch, progress.batches_in_epoch * args.batch_size)
+        session.state.model.train()
+        yield from loader
+        session.end_of_epoch()
+
+
+def finish(
+    args: argparse.Namespace,
+    env: TrainerEnvironment,
+    rank: int,
+    *,
+    step: int,
+    resumed_from: int | None,
+    weights: dict[str, torch.Tensor],
+    test_accuracy: float,
+) -> int:
+    """Rank 0 saves the weights where Vertex AI's contract puts models (AIP_MODEL_DIR); every rank prints
+    its result line; the exit code: 1 below --min-accuracy."""
+    if rank == 0 and env.model_dir is not None:
+        Path(env.model_dir).mkdir(parents=True, exist_ok=True)
+        torch.save(weights, Path(env.model_dir) / "model.pt")
+    print_result(
+        rank=rank,
+        step=step,
+        resumed_from_step=resumed_from,
+        test_accuracy=test_accuracy,
+        weights_sha256=weights_digest(weights),
+    )
+    return 0 if test_accuracy >= args.min_accuracy else 1
+
+
 def _faults(args: argparse.Namespace, session: TrainingSession, rank: int, attempt: int) -> None:
     step = session.state.progress.step
     if args.fail_at_step is not None and step == args.fail_at_step and rank == args.fail_rank:
@@ -144,57 +203,43 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
         )
         steps_per_epoch = math.ceil(sampler.num_samples / args.batch_size)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
-        # A private generator: DataLoader draws a seed from the global RNG each epoch otherwise, which
-        # a resumed run would not replay.
-        loader = DataLoader(
-            train_set,
-            batch_size=args.batch_size,
-            sampler=sampler,
-            generator=torch.Generator().manual_seed(args.seed),
-        )
+        loader = epoch_loader(train_set, sampler, args)
         state = TrainingState(model, optimizer, scheduler)
         with open_session(
             env,
             context,
             state,
             checkpoint_every_steps=args.checkpoint_every,
-            sharded=parallelism != "ddp",
+            checkpoint_layout="replicated" if parallelism == "ddp" else "sharded",
             asynchronous_checkpoints=args.async_checkpoints,
             total_steps=args.epochs * steps_per_epoch,
         ) as session:
             resumed_from = session.resume()
-            progress = state.progress
-            for epoch in range(progress.epoch, args.epochs):
-                sampler.set_position(epoch, progress.batches_in_epoch * args.batch_size)
-                model.train()
-                for x, y in loader:
-                    if context.rank == args.slow_rank:
-                        time.sleep(args.slow_step_seconds)  # as a throttled GPU or a slow data path would
-                    x, y = x.to(device), y.to(device)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss = F.cross_entropy(model(x), y)
-                    loss.backward()
-                    optimizer.step()
-                    scheduler.step()
-                    # The session counts a step's samples as this rank's times the world size.
-                    session.end_of_step(loss.item(), samples=len(y) * data_replicas // context.world_size)
-                    _faults(args, session, context.rank, env.attempt)
-                session.end_of_epoch()
+            for x, y in training_batches(session, sampler, loader, args):
+                if context.rank == args.slow_rank:
+                    time.sleep(args.slow_step_seconds)  # as a throttled GPU or a slow data path would
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                # The session counts a step's samples as this rank's times the world size.
+                session.end_of_step(loss.item(), samples=len(y) * data_replicas // context.world_size)
+                _faults(args, session, context.rank, env.attempt)
         weights = full_weights(model)
         test_accuracy = accuracy(
             model, torch.from_numpy(data.x_test).to(device), torch.from_numpy(data.y_test).to(device)
         )
-        if context.is_rank_zero and env.model_dir is not None:
-            Path(env.model_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(weights, Path(env.model_dir) / "model.pt")
-        print_result(
-            rank=context.rank,
-            step=state.progress.step,
-            resumed_from_step=resumed_from,
-            test_accuracy=test_accuracy,
-            weights_sha256=weights_digest(weights),
-        )
-    return 0 if test_accuracy >= args.min_accuracy else 1
+    return finish(
+        args,
+        env,
+        context.rank,
+        step=state.progress.step,
+        resumed_from=resumed_from,
+        weights=weights,
+        test_accuracy=test_accuracy,
+    )
 
 
 def main(parallelism: Parallelism) -> None:

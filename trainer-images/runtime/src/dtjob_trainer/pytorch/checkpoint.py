@@ -9,6 +9,8 @@ position) and the RNG states of every rank. Layout and atomicity: checkpoint_fil
 - Sharded models (FSDP2 `fully_shard`, tensor parallel DTensors, a pipeline stage per rank): every rank
   writes its own shards with torch.distributed.checkpoint into the same directory and rank 0 adds
   `trainer.pt` with the rest; every rank loads its shards (DCP reshards if the world size changed).
+- DeepSpeed engines: the engine writes the module and every rank's ZeRO partition of the optimizer
+  (`save_checkpoint`, tag `deepspeed`) and rank 0 adds `trainer.pt`; the engine reads them back.
 
 Every public method is collective: call it on all ranks, in the same order.
 """
@@ -19,7 +21,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -38,19 +40,36 @@ log = logging.getLogger(__name__)
 
 TRAINER_STATE_FILE = "trainer.pt"
 FORMAT_VERSION = 1
+# Who writes the model and the optimizer: rank 0 (replicated), every rank through
+# torch.distributed.checkpoint (sharded), or a DeepSpeed engine.
+CheckpointLayout = Literal["replicated", "sharded", "deepspeed"]
+ENGINE_TAG = "deepspeed"
 # The optimizer's state keyed by parameter name throughout (param_groups too): DCP keeps one copy of a
 # key all ranks write, so a nested param_groups list, different on each pipeline stage, would be saved
 # from rank 0 alone and loaded into every stage.
 SHARDED_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
+class CheckpointingEngine(Protocol):
+    """What a DeepSpeed engine (deepspeed.DeepSpeedEngine, the model it trains) offers for checkpoints."""
+
+    def save_checkpoint(self, save_dir: str, tag: str, *, save_latest: bool) -> bool: ...
+
+    def load_checkpoint(self, load_dir: str, tag: str) -> tuple[str | None, dict[str, Any] | None]: ...
+
+
 class CheckpointManager:
     def __init__(
-        self, root: Path, context: DistributedContext, *, keep_last: int = 3, sharded: bool = False
+        self,
+        root: Path,
+        context: DistributedContext,
+        *,
+        keep_last: int = 3,
+        layout: CheckpointLayout = "replicated",
     ) -> None:
         self.files = CheckpointDirectory(root, keep_last)
         self._context = context
-        self._sharded = sharded
+        self._layout = layout
         self._writer: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         # The step whose checkpoint is (being) written by this process: saving it again is a no-op.
@@ -67,8 +86,8 @@ class CheckpointManager:
         step = state.progress.step
         if step == self._saved_step:
             return
-        if self._sharded:
-            self._save_sharded(state)
+        if self._layout != "replicated":
+            self._save_by_every_rank(state)
         else:
             trainer_state = self._trainer_state(state)
             if self._context.is_rank_zero:
@@ -81,7 +100,7 @@ class CheckpointManager:
 
         Only one save is in flight: a second call, `save` and `wait` first wait for the previous one.
         """
-        if self._sharded:
+        if self._layout != "replicated":
             raise ValueError("asynchronous saves are implemented for replicated models only")
         self.wait()
         step = state.progress.step
@@ -113,7 +132,11 @@ class CheckpointManager:
             raise ValueError(
                 f"{path} has checkpoint format {trainer_state['format']}, expected {FORMAT_VERSION}"
             )
-        if self._sharded:
+        if self._layout == "deepspeed":
+            loaded, _ = cast(CheckpointingEngine, state.model).load_checkpoint(str(path), tag=ENGINE_TAG)
+            if loaded is None:
+                raise ValueError(f"{path} has no DeepSpeed checkpoint under the tag {ENGINE_TAG}")
+        elif self._layout == "sharded":
             # DCP loads in place into the tensors of these state dicts, resharding as needed.
             model_state, optimizer_state = get_state_dict(state.model, state.optimizer, options=SHARDED_STATE)
             load_shards({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
@@ -161,7 +184,7 @@ class CheckpointManager:
             "scheduler": state.scheduler.state_dict() if state.scheduler is not None else None,
             "rng_by_rank": rng_by_rank,
         }
-        if not self._sharded:
+        if self._layout == "replicated":
             trainer_state["model"] = _unwrapped(state.model).state_dict()
             trainer_state["optimizer"] = state.optimizer.state_dict()
         return trainer_state
@@ -172,14 +195,18 @@ class CheckpointManager:
         self.files.publish(step)
         self.published_step = step
 
-    def _save_sharded(self, state: TrainingState) -> None:
+    def _save_by_every_rank(self, state: TrainingState) -> None:
         step = state.progress.step
         staging = self.files.staging_path(step)
         if self._context.is_rank_zero:
             self.files.begin(step)
         dist.barrier()  # the staging directory exists before any rank writes into it
-        model_state, optimizer_state = get_state_dict(state.model, state.optimizer, options=SHARDED_STATE)
-        save_shards({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=staging)
+        if self._layout == "deepspeed":
+            engine = cast(CheckpointingEngine, state.model)
+            engine.save_checkpoint(str(staging), tag=ENGINE_TAG, save_latest=False)
+        else:
+            model_state, optimizer_state = get_state_dict(state.model, state.optimizer, options=SHARDED_STATE)
+            save_shards({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=staging)
         trainer_state = self._trainer_state(state)
         if self._context.is_rank_zero:
             torch.save(trainer_state, staging / TRAINER_STATE_FILE)

@@ -27,7 +27,7 @@ from dtjob_trainer.environment import TrainerEnvironment, TrainerEnvironmentErro
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 from dtjob_trainer.progress import ProgressReporter
 from dtjob_trainer.progress_report import ProgressPoster
-from dtjob_trainer.pytorch.checkpoint import CheckpointManager
+from dtjob_trainer.pytorch.checkpoint import CheckpointLayout, CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext
 from dtjob_trainer.pytorch.own_time import OwnStepClock
 from dtjob_trainer.pytorch.state import TrainingState
@@ -139,7 +139,7 @@ def open_session(
     state: TrainingState,
     *,
     checkpoint_every_steps: int,
-    sharded: bool = False,
+    checkpoint_layout: CheckpointLayout = "replicated",
     asynchronous_checkpoints: bool = False,
     keep_last: int = 3,
     total_steps: int | None = None,
@@ -161,7 +161,9 @@ def open_session(
         if poster is not None:
             stack.enter_context(poster)
             own_time = OwnStepClock.attach(state.model, context.device)
-        checkpoints = CheckpointManager(env.checkpoint_dir, context, keep_last=keep_last, sharded=sharded)
+        checkpoints = CheckpointManager(
+            env.checkpoint_dir, context, keep_last=keep_last, layout=checkpoint_layout
+        )
         stack.callback(checkpoints.close)
         yield TrainingSession(
             context,
