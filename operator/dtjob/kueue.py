@@ -211,7 +211,9 @@ def read(
         return str((conditions.get(type_) or {}).get("message") or "")
 
     if true("Finished"):
-        return Queueing(queue, State.FINISHED, workload, cluster_queue, said("Finished"), active=active)
+        finished = conditions["Finished"]
+        why = ": ".join(str(part) for part in (finished.get("reason"), finished.get("message")) if part)
+        return Queueing(queue, State.FINISHED, workload, cluster_queue, why, active=active)
     if true("Evicted") and admission is not None:
         return Queueing(queue, State.EVICTED, workload, cluster_queue, said("Evicted"), active=active)
     if true("Admitted") and admission is not None:

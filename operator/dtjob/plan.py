@@ -496,10 +496,15 @@ def _deletes(
     return deletes
 
 
+# Failures that remove every pod, whatever cleanPodPolicy says: a deadline, and a Workload finished
+# under a running gang (its quota is released: the pods may not go on using it).
+EVERY_POD_GOES: Final = (Reason.DEADLINE_EXCEEDED, Reason.WORKLOAD_FINISHED)
+
+
 def _cleanup_policy(old: JobStatus, spec: DistributedTrainingJobSpec) -> CleanPodPolicy:
     failed = old.condition(ConditionType.FAILED)
-    if failed is not None and failed.status == "True" and failed.reason == Reason.DEADLINE_EXCEEDED:
-        return CleanPodPolicy.ALL  # a deadline removes every pod, whatever cleanPodPolicy says
+    if failed is not None and failed.status == "True" and failed.reason in EVERY_POD_GOES:
+        return CleanPodPolicy.ALL
     return spec.run_policy.clean_pod_policy
 
 

@@ -111,6 +111,9 @@ class Reason(StrEnum):
     """Two attempts in a row failed the same way (runPolicy.stopOnRepeatedFailure)."""
     SLOW_RANK = "SlowRank"
     """A rank stayed slow for runPolicy.slowRankRestartSeconds: the gang moves off its node."""
+    WORKLOAD_FINISHED = "WorkloadFinished"
+    """The job's Kueue Workload was marked Finished while the job had not ended: Kueue never admits it
+    again (its jobframework does so when a job cannot start: FailedToStart)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,12 @@ def decide(
 
     if policy.suspend:
         return Decision(Action.SUSPEND, Reason.SUSPENDED, "the job is suspended: its pods are deleted")
+
+    if queueing is not None and queueing.state == QueueState.FINISHED:
+        # Not this operator's doing (it marks the Workload only once the job has ended): the quota is
+        # released, and waiting Queued would be waiting for good. The job ends, saying why.
+        message = f"its Kueue Workload was marked Finished before the job ended: {queueing.message}"
+        return Decision(Action.FAIL, Reason.WORKLOAD_FINISHED, message)
 
     if queueing is not None and queueing.state != QueueState.ADMITTED:
         live = [

@@ -289,6 +289,41 @@ def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
     gangs(jobs, names)
 
 
+def finish_workload(objects: client.CustomObjectsApi, namespace: str, job: str) -> None:
+    """Mark the job's Workload Finished as Kueue's jobframework does when a job cannot start."""
+    name = f"dtjob-{job}"
+    found = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads", name)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [*found.get("status", {}).get("conditions", []), {
+        "type": "Finished", "status": "True", "reason": "FailedToStart", "message": "the test says so",
+        "lastTransitionTime": now}]  # fmt: skip
+    objects.patch_namespaced_custom_object_status(
+        KUEUE, "v1beta1", namespace, "workloads", name, {"status": {"conditions": conditions}}
+    )
+
+
+def test_a_workload_finished_behind_the_jobs_back_fails_it_queued_or_running_and_its_pods_go(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    names = [f"f{i}" for i in range(4)]
+    for name in names:
+        jobs.create(queued_job(name, queue))
+    seen = wait_for(lambda: (g := gangs(jobs, names)) and sum(p == "Running" for _, p in g.values()) == 3 and g,
+                    "3 of 4 jobs Running", timeout=90)  # fmt: skip
+    running = next(name for name, (_, phase) in seen.items() if phase == "Running")
+    waiting = next(name for name, (_, phase) in seen.items() if phase == "Queued")
+    for name in (waiting, running):
+        finish_workload(objects, namespace, name)
+    for name in (waiting, running):
+        failed = jobs.wait_condition(name, "Failed", timeout=60)
+        assert failed["reason"] == "WorkloadFinished", failed
+        assert failed["message"].endswith("FailedToStart: the test says so"), failed
+    wait_for(lambda: jobs.pods(running) == [], f"{running}'s pods deleted", timeout=60)
+    assert jobs.pods(waiting) == []
+    assert jobs.get(running)["status"]["restarts"]["total"] == 0
+
+
 BLOCK = "cloud.google.com/gce-topology-block"
 
 

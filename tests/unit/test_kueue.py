@@ -211,6 +211,41 @@ def test_a_finished_job_marks_its_workload_finished_once() -> None:
     assert queued_pass(job, done, marked).workload_status is None
 
 
+def finished_by_kueue(*conditions: tuple[str, str], admission: bool) -> dict[str, Any]:
+    """The Workload as Kueue's jobframework leaves one that cannot start (workloadfinish.Finish)."""
+    marked = workload(*conditions, ("Finished", "True"), admission=admission)
+    (finished,) = [c for c in marked["status"]["conditions"] if c["type"] == "Finished"]
+    finished.update(reason="FailedToStart", message="invalid podSet update")
+    return marked
+
+
+def test_a_workload_finished_by_kueue_before_admission_fails_the_queued_job_with_kueues_reason() -> None:
+    job = after(QUEUED, queued_pass(QUEUED, [], None))
+    plan = queued_pass(job, [service_of(QUEUED)], finished_by_kueue(admission=False))
+    assert plan.create == [] and plan.workload_status is None  # nothing to mark: it is Finished already
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Failed"
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "WorkloadFinished"
+    assert failed["message"].endswith(
+        "marked Finished before the job ended: FailedToStart: invalid podSet update"
+    )
+
+
+def test_a_workload_finished_under_a_running_gang_ends_it_and_takes_every_pod_whatever_clean_pod_policy() -> (
+    None
+):
+    job, children = running_gang()
+    job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "cleanPodPolicy": "None"}
+    marked = finished_by_kueue(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    job = after(job, queued_pass(job, children, marked))
+    assert (job["status"]["phase"], condition(job, "Failed")["reason"]) == ("Failed", "WorkloadFinished")
+    # Its quota is gone: the pods may not go on using it, even under cleanPodPolicy None.
+    plan = queued_pass(job, children, marked)
+    assert sorted(d.name for d in plan.delete) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+    assert plan.workload_status is None
+
+
 def test_a_job_naming_a_queue_never_runs_around_kueue_when_the_operator_found_none() -> None:
     plan = reconcile(QUEUED, [], NOW, kueue_served=False)
     assert plan.create == [] and plan.workload is None
