@@ -3,7 +3,8 @@
 Pure and deterministic: the same job and attempt give byte-identical objects, ready for server-side
 apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
 
-- Labels: the template's, then the operator's (job name/uid, role, index, attempt) which win.
+- Labels: the template's, then the operator's (training.dtjob.io/job-name, job-uid, role, replica-index,
+  rank: the position in the gang, attempt) which win.
   Annotations: the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
   CSI volume (the checkpoint's or the template's), then the template's, which win.
 - The container named "trainer", else the first one, receives env, ports, mounts and GPU resources,
@@ -191,7 +192,7 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
     annotations.update(template_meta.get("annotations") or {})
     labels = {
         **(template_meta.get("labels") or {}),
-        **pod_labels(gang.job, member.role, member.index, gang.attempt),
+        **pod_labels(gang.job, member.role, member.index, member.rank, gang.attempt),
     }
     if admitted is not None:
         _admit(pod_spec, labels, annotations, admitted)

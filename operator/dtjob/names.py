@@ -12,6 +12,7 @@ JOB_NAME_LABEL: Final = f"{GROUP}/job-name"
 JOB_UID_LABEL: Final = f"{GROUP}/job-uid"
 ROLE_LABEL: Final = f"{GROUP}/role"
 REPLICA_INDEX_LABEL: Final = f"{GROUP}/replica-index"
+RANK_LABEL: Final = f"{GROUP}/rank"
 ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
 # The container that receives the wiring; without one of this name, the template's first container does.
 TRAINER_CONTAINER: Final = "trainer"
@@ -71,10 +72,11 @@ def job_labels(job: JobRef) -> dict[str, str]:
     return {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid}
 
 
-def pod_labels(job: JobRef, role: str, index: int, attempt: int) -> dict[str, str]:
+def pod_labels(job: JobRef, role: str, index: int, rank: int, attempt: int) -> dict[str, str]:
     return {
         **job_labels(job),
         ROLE_LABEL: str(role),
         REPLICA_INDEX_LABEL: str(index),
+        RANK_LABEL: str(rank),
         ATTEMPT_LABEL: str(attempt),
     }

@@ -424,7 +424,7 @@ def _writes(
     pod_sets = admitted.pod_sets if admitted is not None else {}
 
     def render(member: Member) -> dict[str, Any]:
-        return render_pod(gang, member, pod_sets.get(kueue.pod_set_name(member.role)))
+        return render_pod(gang, member, kueue.pod_set_of(pod_sets, member.role))
 
     created = [render(m) for m in gang.members if create and m.pod not in present]
     kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]

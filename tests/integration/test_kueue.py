@@ -363,8 +363,8 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         wait_for(lambda: cluster_queue_active(objects, cluster_queue), f"ClusterQueue {cluster_queue} Active")
         job = queued_job("compact", "compact")
         # 10 nodes' worth: more than the smallest block (8 nodes), which Kueue would fill first otherwise.
-        # One role: each role is placed on its own (see docs/kueue.md for why not as a group).
-        job["spec"]["replicas"] = pytorch_job("compact", workers=10)["spec"]["replicas"]
+        # A Master and 9 Workers, scheduled alike: one podSet of the whole gang (docs/kueue.md).
+        job["spec"]["replicas"] = pytorch_job("compact", workers=9, master=True)["spec"]["replicas"]
         for replica in job["spec"]["replicas"]:
             replica["template"]["metadata"] = {"annotations": {f"{KUEUE}/podset-required-topology": BLOCK}}
         jobs.create(job)
@@ -383,7 +383,10 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         workload = objects.get_namespaced_custom_object(
             KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
         )
-        assert [ps["topologyRequest"]["required"] for ps in workload["spec"]["podSets"]] == [BLOCK]
+        assert [
+            (ps["name"], ps["count"], ps["topologyRequest"]["required"]) for ps in workload["spec"]["podSets"]
+        ] == [("gang", 10, BLOCK)]
+        assert {p.metadata.labels["training.dtjob.io/role"] for p in pods} == {"Master", "Worker"}
         blocks = {core.read_node(p.spec.node_name).metadata.labels[BLOCK] for p in pods}
         assert len(blocks) == 1, {p.metadata.name: p.spec.node_name for p in pods}
         assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one

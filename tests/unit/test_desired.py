@@ -196,7 +196,7 @@ def test_pods_are_named_labelled_owned_and_wired_for_dns_in_rank_order() -> None
     assert pod["apiVersion"] == "v1" and "status" not in pod
     assert pod["metadata"]["labels"] == {
         "training.dtjob.io/job-name": "mnist", "training.dtjob.io/job-uid": UID, "training.dtjob.io/role": "Worker",
-        "training.dtjob.io/replica-index": "1", "training.dtjob.io/attempt": "3",
+        "training.dtjob.io/replica-index": "1", "training.dtjob.io/rank": "2", "training.dtjob.io/attempt": "3",
     }  # fmt: skip
     assert pod["metadata"]["ownerReferences"] == [{
         "apiVersion": "training.dtjob.io/v1alpha1", "kind": "DistributedTrainingJob", "name": "mnist", "uid": UID,

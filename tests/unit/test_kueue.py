@@ -330,6 +330,57 @@ def test_a_roles_topology_annotation_becomes_its_pod_sets_request_ranked() -> No
     assert "schedulingGates" not in pods["mnist-master-0"]["spec"]
 
 
+def with_topology(job: dict[str, Any], *roles: int) -> dict[str, Any]:
+    """`job` with the roles at these positions asking Kueue for one topology block."""
+    annotations = {kueue.TOPOLOGY_ANNOTATIONS["required"]: "cloud.google.com/gce-topology-block"}
+    replicas = [
+        {**r, "template": {**r["template"], "metadata": {"annotations": annotations}}} if i in roles else r
+        for i, r in enumerate(job["spec"]["replicas"])
+    ]
+    return {**job, "spec": {**job["spec"], "replicas": replicas}}
+
+
+def test_roles_asking_for_one_topology_and_scheduled_alike_are_one_pod_set_of_the_whole_gang_by_rank() -> (
+    None
+):
+    job = with_topology(QUEUED, 0, 1)
+    plan = queued_pass(job, [], None)
+    assert plan.workload is not None
+    (gang,) = plan.workload["spec"]["podSets"]
+    assert (gang["name"], gang["count"]) == ("gang", 3)
+    assert gang["topologyRequest"] == {
+        "required": "cloud.google.com/gce-topology-block",
+        "podIndexLabel": "training.dtjob.io/rank",
+    }
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"))
+    admitted["status"]["admission"] = {
+        "clusterQueue": "gpus",
+        "podSetAssignments": [{"name": "gang", "flavors": {"nvidia.com/gpu": "h100"}, "count": 3,
+                               "topologyAssignment": {"levels": [], "domains": []}}],
+    }  # fmt: skip
+    pods = queued_pass(job, [], admitted).create
+    # Every pod, the Master's too, is the gang podSet's: gated until Kueue's ungater places it by rank.
+    assert {p["metadata"]["name"]: p["metadata"]["labels"]["training.dtjob.io/rank"] for p in pods} == {
+        "mnist-master-0": "0", "mnist-worker-0": "1", "mnist-worker-1": "2"
+    }  # fmt: skip
+    for pod in pods:
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "gang"
+        assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
+        assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
+
+
+def test_roles_scheduled_differently_keep_a_pod_set_each_even_when_both_ask_for_a_topology() -> None:
+    job = with_topology(QUEUED, 0, 1)
+    replicas = [dict(r) for r in job["spec"]["replicas"]]
+    master_spec = {**replicas[0]["template"]["spec"], "nodeSelector": {"pool": "cpu-only"}}
+    replicas[0] = {**replicas[0], "template": {**replicas[0]["template"], "spec": master_spec}}
+    plan = queued_pass({**job, "spec": {**job["spec"], "replicas": replicas}}, [], None)
+    assert plan.workload is not None
+    assert [(s["name"], s["count"], s["topologyRequest"]["podIndexLabel"]) for s in plan.workload["spec"]["podSets"]] == [
+        ("master", 1, "training.dtjob.io/replica-index"), ("worker", 2, "training.dtjob.io/replica-index")
+    ]  # fmt: skip
+
+
 def test_a_workload_kueue_deactivated_stays_inactive_and_the_job_says_why() -> None:
     rejected = workload(
         ("QuotaReserved", "False"),
