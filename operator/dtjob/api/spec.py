@@ -371,7 +371,7 @@ def _rank_zero_rule(framework: Framework) -> Rule:
     roles = RANK_ZERO_ROLES[framework]
     return Rule(
         cel=f"!({_is(framework)}) || self.replicas.exists(r, r.role in {_role_list(roles)})",
-        message=f"spec.replicas must include a {_english(roles)} replica for a {framework} job (spec.framework; it holds rank 0)",
+        message=f"spec.replicas[].role: a {framework} job needs a {_english(roles)} replica (it holds rank 0; spec.framework)",
         holds=lambda s: s.framework != framework or any(r.role in roles for r in s.replicas),
     )
 
@@ -381,7 +381,7 @@ def _rank_zero_rule(framework: Framework) -> Rule:
 PS_NEEDS_CHIEF: Final = Rule(
     cel=f"!({_is(Framework.TENSORFLOW)}) || !self.replicas.exists(r, r.role == '{Role.PS}') "
     f"|| self.replicas.exists(r, r.role == '{Role.CHIEF}')",
-    message="spec.replicas: a TensorFlow job with PS replicas needs a Chief (ParameterServerStrategy's coordinator)",
+    message="spec.replicas[].role: a TensorFlow job with PS replicas needs a Chief (ParameterServerStrategy's coordinator)",
     holds=lambda s: (
         s.framework != Framework.TENSORFLOW or Role.PS not in s.roles() or Role.CHIEF in s.roles()
     ),
