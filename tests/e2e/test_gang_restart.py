@@ -52,6 +52,24 @@ def restart_job(name: str) -> dict[str, Any]:
     return job
 
 
+def disrupted_after_a_checkpoint(
+    jobs: Jobs, core: client.CoreV1Api, name: str, newest: Callable[[], int | None], disrupt: Disruption
+) -> int:
+    """Once the job has a checkpoint at DISRUPT_AFTER_STEP or later, worker 1 disrupted; then the job
+    run to Succeeded. The checkpoint's step seen before the disruption."""
+    seen = wait_for(
+        lambda: (step := newest()) is not None and step >= DISRUPT_AFTER_STEP and step,
+        f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
+        timeout=300,
+    )
+    disrupt(core, jobs.namespace, f"{name}-worker-1")
+    try:
+        jobs.wait_condition(name, "Succeeded", timeout=600)
+    except AssertionError:
+        raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
+    return seen
+
+
 def result_line(core: client.CoreV1Api, namespace: str, pod: str) -> dict[str, Any]:
     """The JSON result the example prints last."""
     log = core.read_namespaced_pod_log(pod, namespace)
@@ -82,17 +100,8 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
     with running_operator(cluster_c, namespace):
         jobs.create(job)
-        seen = wait_for(
-            lambda: (step := checkpoints.latest_step()) is not None and step >= DISRUPT_AFTER_STEP and step,
-            f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
-            timeout=300,
-        )
+        seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, disrupt)
         assert seen < STEPS, "the run ended before it could be disrupted"
-        disrupt(core, namespace, f"{name}-worker-1")
-        try:
-            jobs.wait_condition(name, "Succeeded", timeout=600)
-        except AssertionError:
-            raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (2, restarts)
     assert status["lastRestart"]["message"].startswith(f"pod {name}-worker-1:")
@@ -135,20 +144,9 @@ def test_an_evicted_worker_of_another_framework_restarts_the_gang_from_every_ran
     checkpoints = fresh_checkpoint_dir(job)
     with running_operator(cluster_c, namespace):
         jobs.create(job)
-        seen = wait_for(
-            lambda: (
-                (step := newest_checkpoint(example, checkpoints)) is not None
-                and step >= DISRUPT_AFTER_STEP
-                and step
-            ),
-            f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
-            timeout=300,
+        seen = disrupted_after_a_checkpoint(
+            jobs, core, name, lambda: newest_checkpoint(example, checkpoints), evict
         )
-        evict(core, namespace, f"{name}-worker-1")
-        try:
-            jobs.wait_condition(name, "Succeeded", timeout=600)
-        except AssertionError:
-            raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
     # Rank 0's log: the job's other pods may be gone once it ends (cleanPodPolicy).

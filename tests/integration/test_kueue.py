@@ -267,16 +267,23 @@ def test_an_operator_killed_during_admission_and_during_eviction_duplicates_noth
         assert jobs.get(victims[0])["status"]["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
 
 
-def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
-    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str, queue: str
-) -> None:
-    names = [f"s{i}" for i in range(4)]
+def one_running_one_queued(jobs: Jobs, queue: str, names: list[str]) -> tuple[str, str]:
+    """Four jobs created into the queue's room for three gangs, once three run: one that runs and the one
+    that waits."""
     for name in names:
         jobs.create(queued_job(name, queue))
     seen = wait_for(lambda: (g := gangs(jobs, names)) and sum(p == "Running" for _, p in g.values()) == 3 and g,
                     "3 of 4 jobs Running", timeout=90)  # fmt: skip
-    paused = next(name for name, (_, phase) in seen.items() if phase == "Running")
+    running = next(name for name, (_, phase) in seen.items() if phase == "Running")
     waiting = next(name for name, (_, phase) in seen.items() if phase == "Queued")
+    return running, waiting
+
+
+def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str, queue: str
+) -> None:
+    names = [f"s{i}" for i in range(4)]
+    paused, waiting = one_running_one_queued(jobs, queue, names)
     jobs.patch(paused, {"spec": {"runPolicy": {"suspend": True}}})
     jobs.wait_pods(waiting, 2, phase="Running", timeout=90)  # the suspended job's quota went to it
     assert jobs.pods(paused) == [] and jobs.get(paused)["status"]["phase"] == "Suspended"
@@ -306,13 +313,7 @@ def test_a_workload_finished_behind_the_jobs_back_fails_it_queued_or_running_and
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
     queue: str,
 ) -> None:  # fmt: skip
-    names = [f"f{i}" for i in range(4)]
-    for name in names:
-        jobs.create(queued_job(name, queue))
-    seen = wait_for(lambda: (g := gangs(jobs, names)) and sum(p == "Running" for _, p in g.values()) == 3 and g,
-                    "3 of 4 jobs Running", timeout=90)  # fmt: skip
-    running = next(name for name, (_, phase) in seen.items() if phase == "Running")
-    waiting = next(name for name, (_, phase) in seen.items() if phase == "Queued")
+    running, waiting = one_running_one_queued(jobs, queue, [f"f{i}" for i in range(4)])
     for name in (waiting, running):
         finish_workload(objects, namespace, name)
     for name in (waiting, running):
