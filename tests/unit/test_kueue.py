@@ -369,6 +369,23 @@ def test_roles_asking_for_one_topology_and_scheduled_alike_are_one_pod_set_of_th
         assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
 
 
+def test_a_workload_of_the_previous_release_with_a_pod_set_per_role_still_places_each_roles_pods() -> None:
+    """Admitted before the upgrade (a podSet per role, ranked by replica-index): the pods the new
+    operator creates for it take their own role's podSet, not a gang podSet the Workload does not have."""
+    job = with_topology(QUEUED, 0, 1)
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    admitted["status"]["admission"]["podSetAssignments"][1]["topologyAssignment"] = {
+        "levels": [],
+        "domains": [],
+    }
+    pods = {p["metadata"]["name"]: p for p in queued_pass(job, [], admitted).create}
+    assert {name: p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for name, p in pods.items()} == {
+        "mnist-master-0": "master", "mnist-worker-0": "worker", "mnist-worker-1": "worker"
+    }  # fmt: skip
+    assert pods["mnist-worker-0"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
+    assert "schedulingGates" not in pods["mnist-master-0"]["spec"]
+
+
 def test_roles_scheduled_differently_keep_a_pod_set_each_even_when_both_ask_for_a_topology() -> None:
     job = with_topology(QUEUED, 0, 1)
     replicas = [dict(r) for r in job["spec"]["replicas"]]
