@@ -17,7 +17,9 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 - Env is merged by name. Injected variables come first, in this order: DTJ_JOB_NAME, DTJ_ROLE,
   DTJ_REPLICA_INDEX, DTJ_ATTEMPT, DTJ_CHECKPOINT_DIR; the framework's rendezvous variables (PyTorch:
   MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, LOCAL_RANK, PET_NNODES, PET_NPROC_PER_NODE,
-  PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; TensorFlow: TF_CONFIG); CLUSTER_SPEC; AIP_CHECKPOINT_DIR,
+  PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; elastic PyTorch (spec.torch.elastic) instead: PET_NNODES,
+  PET_NPROC_PER_NODE, PET_RDZV_BACKEND, PET_RDZV_ENDPOINT, PET_RDZV_ID, PET_RDZV_CONF, PET_MAX_RESTARTS,
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE; TensorFlow: TF_CONFIG); CLUSTER_SPEC; AIP_CHECKPOINT_DIR,
   AIP_MODEL_DIR, AIP_TENSORBOARD_LOG_DIR; DTJ_PROGRESS_URL and DTJ_PROGRESS_TOKEN_FILE when the operator
   takes progress reports (a projected token volume goes with them, docs/progress.md); then, on GPU roles, the NCCL profile's variables, NCCL_DEBUG,
   TORCH_NCCL_ASYNC_ERROR_HANDLING (PyTorch) and spec.nccl.env. The template's own entries follow in their

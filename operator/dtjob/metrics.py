@@ -33,6 +33,11 @@ RESTARTS = Counter(
     "hang (progressDeadlineSeconds; charged to maxHangRestarts) or slow-rank (slowRankRestartSeconds).",
     ["namespace", "framework", "reason"],
 )
+REPLACEMENTS = Counter(
+    "dtjob_member_replacements_total",
+    "Members of elastic gangs (spec.torch.elastic) replaced while the rest trained on (no gang restart).",
+    ["namespace", "framework"],
+)
 SLOW_RANKS = Counter(
     "dtjob_slow_ranks_total",
     "Times a job's SlowRank condition turned True: a rank's own work a step well above the rest of its gang's.",
@@ -174,6 +179,8 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
     for key, reason in counters:
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:
             RESTARTS.labels(namespace, framework, reason).inc(delta)
+    if (delta := int(new_restarts.get("replacements", 0)) - int(old_restarts.get("replacements", 0))) > 0:
+        REPLACEMENTS.labels(namespace, framework).inc(delta)
     if _is_true(new, "SlowRank") and not _is_true(old, "SlowRank"):
         SLOW_RANKS.labels(namespace, framework).inc()
 

@@ -51,7 +51,7 @@ from dtjob.desired import render_network_policy, render_pod, render_service
 from dtjob.frameworks import Gang, Member
 from dtjob.names import JobRef
 from dtjob.nccl import NETWORK_GROUP, NetworkChoice, choose, missing_networks, needs_networks
-from dtjob.observed import ACTIVE_STATES, Observed, PodView, observe
+from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
 from dtjob.status import (
     FINISHING,
@@ -77,7 +77,9 @@ __all__ = [
 
 # Actions whose pass keeps the gang alive: missing pods are created, and the Service and the labels of the
 # current attempt's pods drift back when edited.
-KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT})
+KEEPS_GANG: Final = frozenset({Action.CREATE_MISSING, Action.WAIT, Action.REPLACE_MEMBERS})
+# Actions that create the current attempt's missing pods.
+CREATES: Final = frozenset({Action.CREATE_MISSING, Action.REPLACE_MEMBERS})
 # How soon a job Invalid for want of an object an admin may still create (its profile's Network objects,
 # the priority class it names) looks for it again.
 RECHECK_SECONDS: Final = 30.0
@@ -420,7 +422,7 @@ def _writes(
     if not keeps_gang:
         return apply, [], []
     present = {p.name: p for p in observed.of_attempt(gang.attempt)}
-    create = action == Action.CREATE_MISSING
+    create = action in CREATES
     pod_sets = admitted.pod_sets if admitted is not None else {}
 
     def render(member: Member) -> dict[str, Any]:
@@ -482,6 +484,8 @@ def _deletes(
     action = decision.action
     if action in (Action.SUSPEND, Action.DEADLINE_EXCEEDED):
         doomed += current
+    elif action == Action.REPLACE_MEMBERS:
+        doomed += [p for p in current if p.state in ENDED_ABNORMALLY]  # their names are taken till they go
     elif action in (Action.COMPLETE, Action.FAIL) or decision.reason == Reason.FINISHED:
         doomed += [p for p in current if _cleaned_up(p, _cleanup_policy(old, spec))]
     deletes: list[tuple[Delete, Event | None]] = []

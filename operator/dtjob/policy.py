@@ -25,10 +25,12 @@ from dtjob.api import (
     DistributedTrainingJobSpec,
     FailureSignature,
     JobStatus,
+    Replacement,
     RestartPolicy,
     Role,
     SuccessPolicy,
     parse_timestamp,
+    timestamp,
 )
 from dtjob.failures import describe, repeated, signatures
 from dtjob.frameworks import Gang, Member
@@ -68,6 +70,8 @@ class Action(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     SUSPEND = "Suspend"
     RESTART_GANG = "RestartGang"
+    REPLACE_MEMBERS = "ReplaceMembers"
+    """An elastic gang trains on: its lost members are replaced, each on its own."""
     TTL_EXPIRED = "TTLExpired"
 
 
@@ -111,6 +115,8 @@ class Reason(StrEnum):
     """Two attempts in a row failed the same way (runPolicy.stopOnRepeatedFailure)."""
     SLOW_RANK = "SlowRank"
     """A rank stayed slow for runPolicy.slowRankRestartSeconds: the gang moves off its node."""
+    MEMBER_REPLACED = "MemberReplaced"
+    """An elastic gang lost members it can train without (spec.torch.elastic): they are replaced."""
     WORKLOAD_FINISHED = "WorkloadFinished"
     """The job's Kueue Workload was marked Finished while the job had not ended: Kueue never admits it
     again (its jobframework does so when a job cannot start: FailedToStart)."""
@@ -132,6 +138,8 @@ class Decision:
     """For a failure restart: how the members failed, to tell the next attempt's failure from."""
     avoid: str | None = None
     """For a slow-rank restart: the node the next attempts' pods are kept off."""
+    replaced: tuple[Replacement, ...] = ()
+    """For an elastic gang's replacement: the members whose loss this pass sees first."""
 
 
 def decide(
@@ -199,7 +207,9 @@ def decide(
     vanished = _vanished(training, gang.attempt, status, current)
     step = reached_step(ledger, status.progress, gang.attempt)
     if ended := ended + vanished:
-        decision = _on_abnormal_end(spec, status, _by_end(ended), current, now, step)
+        decision = _replace_members(spec, status, gang, ended, current, now) or _on_abnormal_end(
+            spec, status, _by_end(ended), current, now, step
+        )
         return replace(decision, vanished=tuple(pod.name for pod in vanished))
 
     if (deadline := policy.progress_deadline_seconds) is not None and _all_running(training, current):
@@ -245,6 +255,54 @@ def decide(
         )
 
     return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
+
+
+def _replace_members(
+    spec: DistributedTrainingJobSpec,
+    status: JobStatus,
+    gang: Gang,
+    ended: list[PodView],
+    current: dict[str, PodView],
+    now: datetime,
+) -> Decision | None:
+    """An elastic gang's lost members (preempted, or deleted or gone) replaced while the rest trains on;
+    None when the gang must restart (or fail) as any other: not elastic, the rendezvous host lost (every
+    torchrun hangs on its store), a member that failed (its torchrun's own restarts ran out: the code, not
+    the capacity), or fewer than minReplicas members left running. Replacements seen in an earlier pass (status.elastic.replaced) are
+    not counted again: their pods are still going, or are to be created."""
+    elastic = spec.torch.elastic
+    if elastic is None:
+        return None
+    restart_policy = spec.run_policy.restart_policy
+    if any(
+        pod.name == gang.rank_zero.pod
+        or (pod.state != PodState.LOST and fault_of(pod, restart_policy)[0] != Fault.PREEMPTION)
+        for pod in ended
+    ):
+        return None
+    lost = {pod.name for pod in ended}
+    running = (PodState.RUNNING, PodState.READY)
+    left = [
+        pod
+        for name, pod in current.items()
+        if name not in lost and pod.state in running and not pod.terminating
+    ]
+    if len(left) < elastic.min_replicas:
+        return None
+    recorded = status.elastic.replaced if status.elastic is not None else []
+    # A member gone before its end was seen (no uid) is known by name: its record's pod went.
+    known = {(r.pod, r.uid) for r in recorded} | {(r.pod, "") for r in recorded}
+    new = tuple(
+        Replacement(pod=pod.name, uid=pod.uid, reason=pod.state, message=_describe(pod), time=timestamp(now))
+        for pod in ended
+        if (pod.name, pod.uid) not in known
+    )
+    names = ", ".join(pod.name for pod in ended)
+    message = (
+        f"replacing {names}: the other {len(left)} members train on (spec.torch.elastic: at least "
+        f"{elastic.min_replicas}); the new pods join their rendezvous when they start"
+    )
+    return Decision(Action.REPLACE_MEMBERS, Reason.MEMBER_REPLACED, message, replaced=new)
 
 
 def _off_a_slow_node(

@@ -14,11 +14,13 @@ from typing import Final, Literal
 from dtjob.api import (
     Condition,
     ConditionType,
+    ElasticStatus,
     JobStatus,
     LastRestart,
     Phase,
     PreflightResult,
     Progress,
+    Replacement,
     ReplicaStatus,
     Role,
     timestamp,
@@ -200,7 +202,10 @@ def next_status(
         running = f"{len(gang.members)}/{len(gang.members)} pods of attempt {attempt} are running"
         conditions.set(ConditionType.RUNNING, "True", "AllReplicasRunning", running)
         conditions.set(ConditionType.RESTARTING, "False", "AllReplicasRunning", running)
-    if action in (Action.CREATE_MISSING, Action.WAIT, Action.SUSPEND) and not old.finished:
+    if (
+        action in (Action.CREATE_MISSING, Action.WAIT, Action.REPLACE_MEMBERS, Action.SUSPEND)
+        and not old.finished
+    ):
         # A suspended job's pods are going: none of them waits for a node any more.
         live = () if action == Action.SUSPEND else current
         _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
@@ -208,6 +213,10 @@ def next_status(
     if not old.finished and action not in FINISHING:
         # A restart's new attempt is not judged yet: the slow ranks were the ended attempt's.
         _set_slow_rank(conditions, slow if attempt == gang.attempt else None, current, attempt)
+    if decision.replaced:
+        restarts = restarts.model_copy(
+            update={"replacements": restarts.replacements + len(decision.replaced)}
+        )
     preflight = _preflight(old.preflight, current, attempt)
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     return JobStatus(
@@ -224,11 +233,29 @@ def next_status(
         preflight=preflight,
         nccl=old.nccl,
         progress=progress,
+        elastic=_elastic(old, gang, attempt, decision.replaced),
         avoided_nodes=avoided_nodes,
         broken_since=broken_since,
         start_time=start_time,
         completion_time=completion_time,
         observed_generation=generation,
+    )
+
+
+def _elastic(
+    old: JobStatus, gang: Gang, attempt: int, replaced: tuple[Replacement, ...]
+) -> ElasticStatus | None:
+    """The elastic mode's status: the bounds torchrun got, and the latest replacement of each member in
+    this attempt (a new attempt's gang starts whole)."""
+    elastic = gang.spec.torch.elastic
+    if elastic is None:
+        return None
+    kept = old.elastic.replaced if old.elastic is not None and attempt == old.attempt else []
+    fresh = {r.pod for r in replaced}
+    return ElasticStatus(
+        min_replicas=elastic.min_replicas,
+        max_replicas=elastic.max_replicas or len(gang.members),
+        replaced=[*(r for r in kept if r.pod not in fresh), *replaced],
     )
 
 
@@ -254,6 +281,14 @@ def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
     if new.preflight is not None and new.preflight != old.preflight and new.preflight.passed:
         # A failed one is told by the Failed condition's Event, with the same figures.
         events.append(Event("Normal", "PreflightPassed", f"attempt {new.attempt}: {new.preflight.message}"))
+    if new.restarts.replacements > old.restarts.replacements and new.elastic is not None:
+        seen = set(old.elastic.replaced) if old.elastic is not None else set()
+        for replacement in (r for r in new.elastic.replaced if r not in seen):
+            message = (
+                f"attempt {new.attempt}: {replacement.message}: the gang trains on without it until a new "
+                "pod takes its place (spec.torch.elastic)"
+            )
+            events.append(Event("Warning", "MemberReplaced", message))
     if new.restarts.total > old.restarts.total and new.last_restart is not None:
         # Even while Restarting is already True (the new gang was preempted before it ran).
         why = new.last_restart

@@ -46,6 +46,8 @@ Results = dict[str, dict[str, Any]]
 T = TypeVar("T")
 # Rank 0's address as the operator renders it, for one process per pod and for torchrun.
 _TORCH_RENDEZVOUS_VARS = (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT"))
+# torchrun's c10d rendezvous (an elastic job): "host:port" in one variable.
+_TORCH_ENDPOINT_VAR = "PET_RDZV_ENDPOINT"
 
 
 def example_module(name: str) -> ModuleType:
@@ -144,6 +146,14 @@ class LocalGang:
         assert len(matches) == 1, f"{suffix!r} matches {[pod.name for pod in matches]} in {list(self.pods)}"
         return matches[0]
 
+    def start_again(self, suffix: str) -> LocalPod:
+        """A new pod in the place of the one whose name ends with `suffix`, which has exited (what the
+        operator does for an elastic gang's lost member); its log goes to a file of its own."""
+        gone = self.pod_named(suffix)
+        assert gone.process.poll() is not None, f"{gone.name} still runs"
+        self._start(next(pod for pod in self._specs if pod["metadata"]["name"] == gone.name))
+        return self.pods[gone.name]
+
     def wait_all(self, timeout: float) -> dict[str, int]:
         deadline = time.monotonic() + timeout
         return {name: pod.wait(max(0.0, deadline - time.monotonic())) for name, pod in self.pods.items()}
@@ -202,6 +212,8 @@ class LocalGang:
         argv = [*container.get("command", []), *container.get("args", [])]
         argv = [sys.executable if arg in ("python", "python3") else arg for arg in argv]
         log_path = self._workdir / f"{name}.attempt-{env.get('DTJ_ATTEMPT', '0')}.log"
+        if name in self.pods:  # a replacement
+            log_path = log_path.with_suffix(f".{uuid.uuid4().hex[:6]}.log")
         with open(log_path, "wb") as log_file:
             process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
         self.pods[name] = LocalPod(name, process, log_path, termination_message_path, metrics_port)
@@ -212,6 +224,8 @@ class LocalGang:
             if address_var in local:
                 host, port = self._addresses[f"{local[address_var]}:{local[port_var]}"].rsplit(":", 1)
                 local[address_var], local[port_var] = host, port
+        if _TORCH_ENDPOINT_VAR in local:
+            local[_TORCH_ENDPOINT_VAR] = self._addresses[local[_TORCH_ENDPOINT_VAR]]
         if "TF_CONFIG" in local:
             tf_config = json.loads(local["TF_CONFIG"])
             tf_config["cluster"] = {
@@ -297,6 +311,8 @@ def _local_addresses(pods: list[dict[str, Any]]) -> dict[str, str]:
         for address_var, port_var in _TORCH_RENDEZVOUS_VARS:
             if address_var in env:
                 names.add(f"{env[address_var]}:{env[port_var]}")
+        if _TORCH_ENDPOINT_VAR in env:
+            names.add(env[_TORCH_ENDPOINT_VAR])
         if "TF_CONFIG" in env:
             for tasks in json.loads(env["TF_CONFIG"])["cluster"].values():
                 names.update(tasks)

@@ -4,6 +4,7 @@ parallelism, a Vertex-style script."""
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
 from tests.trainer.local_gang import (
+    RUN_TIMEOUT_S,
+    LocalPod,
     Results,
     example_module,
     local_job,
@@ -25,6 +28,7 @@ from tests.trainer.local_gang import (
     the_one,
     train,
 )
+from tests.waiting import wait_for
 
 MIN_ACCURACY = 0.95  # what the examples state
 
@@ -217,3 +221,48 @@ def test_vertex_style_script_runs_unchanged_and_rank_zero_saves_the_model(tmp_pa
     with torch.no_grad():
         predictions = model(torch.from_numpy(data.x_test)).argmax(dim=1).numpy()
     assert (predictions == data.y_test).mean() >= MIN_ACCURACY
+
+
+def test_elastic_gang_trains_on_without_a_preempted_worker_and_takes_its_replacement_back(
+    tmp_path: Path,
+) -> None:
+    """torchrun's c10d rendezvous as the operator wires it (spec.torch.elastic): worker 2 gets SIGTERM as
+    on a preemption and goes; workers 0 and 1 go on training, two ranks, from the checkpoint; a new pod in
+    worker 2's place joins them, three ranks again, and every rank ends the run."""
+    job = local_job("elastic-ddp-digits.yaml", tmp_path)
+    checkpoints = checkpoints_of(job)
+    with running(rendered_pods(job, attempt=1), tmp_path) as gang:
+        survivors = [gang.pod_named("worker-0"), gang.pod_named("worker-1")]
+
+        def survivor_exited() -> str | None:
+            codes = {pod.name: pod.process.poll() for pod in survivors}
+            return (
+                f"a survivor exited: {codes}\n{gang.logs()}"
+                if any(c is not None for c in codes.values())
+                else None
+            )
+
+        def world_size_in(pod: LocalPod, size: int, after: int = 0) -> int | None:
+            log = pod.log()[after:]
+            return len(log) if re.search(rf"as rank \d+ of {size}\b", log) else None
+
+        gang.wait_for(lambda: world_size_in(survivors[0], 3), "three ranks")
+        first = gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
+        seen = len(survivors[0].log())
+        gang.pod_named("worker-2").signal(signal.SIGTERM)
+        gang.pod_named("worker-2").wait(DEFAULT_PREEMPTION_BUDGET_SECONDS + 30)
+        wait_for(lambda: world_size_in(survivors[0], 2, seen), "training on two ranks", RUN_TIMEOUT_S,
+                 hopeless=survivor_exited)  # fmt: skip
+        resumed_on_two = checkpoints.latest_step()
+        assert resumed_on_two is not None and resumed_on_two >= first
+
+        seen = len(survivors[0].log())
+        replacement = gang.start_again("worker-2")
+        wait_for(lambda: world_size_in(replacement, 3), "the replacement to join", RUN_TIMEOUT_S,
+                 hopeless=survivor_exited)  # fmt: skip
+        assert world_size_in(survivors[0], 3, seen), "the survivors did not take the replacement in"
+        codes = gang.wait_all(RUN_TIMEOUT_S)
+        results = {name: pod.result() for name, pod in gang.pods.items()}
+    assert set(codes.values()) == {0}, f"{codes}\n{gang.logs()}"
+    assert min(result["test_accuracy"] for result in results.values()) >= MIN_ACCURACY
+    assert the_one({result["step"] for result in results.values()}) > resumed_on_two

@@ -75,6 +75,9 @@ def test_restarts_name_their_causes_and_count_only_restarts() -> None:
     counted = job(restarts={"failures": 2, "preemptions": 1, "total": 3, "preflightFailures": 1})
     assert views.restarts(counted) == "3 (2 failures, 1 preemption)"
     assert views.restarts(job(restarts={"hangs": 1, "slowRanks": 1, "total": 2})) == "2 (1 hang, 1 slow rank)"
+    # An elastic gang's replaced members are no restart: the total leaves them out.
+    elastic = job(restarts={"preemptions": 1, "total": 1, "replacements": 2})
+    assert views.restarts(elastic) == "1 (1 preemption, 2 members replaced)"
 
 
 def test_progress_is_the_current_attempts_only() -> None:

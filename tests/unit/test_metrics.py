@@ -97,3 +97,15 @@ def test_the_training_gauges_show_each_pod_of_a_running_job_and_nothing_once_it_
     assert gauge("step", "ddp", "ddp-worker-0") is None  # the ended attempt's figures are not shown
     assert gauge("step", "quiet", "quiet-worker-0") == 3
     TRAINING.follow({})
+
+
+def test_an_elastic_gangs_replaced_members_are_counted_apart_from_restarts() -> None:
+    job = manifest(("Worker", 3))
+    job["metadata"]["namespace"] = "metrics-replacements"
+    old = {"phase": "Running", "restarts": {"failures": 0, "preemptions": 0, "total": 0}}
+    new = {"phase": "Running", "restarts": {**old["restarts"], "replacements": 2}}
+    record_pass({**job, "status": old}, new, NOW)
+    record_pass({**job, "status": new}, new, NOW)  # the same count again: already counted
+    labels = {"namespace": "metrics-replacements", "framework": "PyTorch"}
+    assert REGISTRY.get_sample_value("dtjob_member_replacements_total", labels) == 2.0
+    assert REGISTRY.get_sample_value("dtjob_job_restarts_total", {**labels, "reason": "preemption"}) is None

@@ -197,6 +197,22 @@ class Accelerator(WireModel):
     crosses fewer network hops. Opt-in; see docs/gke.md for the node pools it needs."""
 
 
+class Elastic(WireModel):
+    """torchrun's elastic mode: a c10d rendezvous hosted by Worker 0's torchrun, which the gang's pods join
+    and leave while training goes on (docs/frameworks.md#elastic-pytorch). A Worker preempted or deleted
+    is replaced on its own while the others train on, as long as minReplicas of them run; losing Worker 0
+    (the rendezvous host), a member that failed, or falling below minReplicas restarts the gang from its
+    checkpoint as usual. The pods must start the script with torchrun."""
+
+    min_replicas: Annotated[int, Field(ge=1, le=MAX_REPLICA_COUNT)]
+    """The fewest pods the gang trains on (PET_NNODES' lower bound); at most the Worker count."""
+    max_replicas: Annotated[int, Field(ge=1, le=MAX_REPLICA_COUNT)] | None = None
+    """PET_NNODES' upper bound; at least the Worker count, which it defaults to."""
+    max_restarts: Annotated[int, Field(ge=0, le=1000)] = 10
+    """PET_MAX_RESTARTS: how often each pod's torchrun restarts its workers after they failed (a lost
+    member breaks every rank's collectives, so each loss costs every pod one) before the pod fails."""
+
+
 class Torch(WireModel):
     """PyTorch rendezvous settings."""
 
@@ -205,6 +221,9 @@ class Torch(WireModel):
     nproc_per_node: int | str = "auto"
     """PET_NPROC_PER_NODE, torchrun's processes per pod: an integer, or auto: accelerator.count (1 without an
     accelerator)."""
+    elastic: Elastic | None = None
+    """Elastic training under torchrun (PyTorch, Worker replicas only). Unset: a gang of fixed size, whose
+    every lost member restarts it whole."""
 
     rules = (
         Rule(
@@ -388,6 +407,57 @@ PS_NEEDS_CHIEF: Final = Rule(
 )
 
 
+_ELASTIC = "has(self.torch) && has(self.torch.elastic)"
+
+
+def _worker_count(spec: DistributedTrainingJobSpec) -> int:
+    return sum(r.count for r in spec.replicas if r.role == Role.WORKER)
+
+
+# torchrun's c10d rendezvous has no master: every pod is a Worker, and Worker 0's torchrun hosts it.
+ELASTIC_RULES: Final = (
+    Rule(
+        cel=f"!({_ELASTIC}) || ({_is(Framework.PYTORCH)} && self.replicas.all(r, r.role == '{Role.WORKER}'))",
+        message="spec.torch.elastic needs spec.framework PyTorch and Worker replicas only (spec.replicas[].role: "
+        "torchrun's c10d rendezvous has no Master)",
+        holds=lambda s: (
+            s.torch.elastic is None
+            or (s.framework == Framework.PYTORCH and all(r.role == Role.WORKER for r in s.replicas))
+        ),
+    ),
+    Rule(
+        cel=f"!({_ELASTIC}) || self.replicas.all(r, r.role != '{Role.WORKER}' "
+        "|| (has(r.count) ? r.count : 1) >= self.torch.elastic.minReplicas)",
+        message="spec.torch.elastic.minReplicas must be at most the Worker count (spec.replicas[].count)",
+        holds=lambda s: s.torch.elastic is None or s.torch.elastic.min_replicas <= _worker_count(s),
+    ),
+    Rule(
+        cel=f"!({_ELASTIC}) || !has(self.torch.elastic.maxReplicas) || self.replicas.all(r, "
+        f"r.role != '{Role.WORKER}' || (has(r.count) ? r.count : 1) <= self.torch.elastic.maxReplicas)",
+        message="spec.torch.elastic.maxReplicas must be at least the Worker count (spec.replicas[].count)",
+        holds=lambda s: (
+            s.torch.elastic is None
+            or s.torch.elastic.max_replicas is None
+            or s.torch.elastic.max_replicas >= _worker_count(s)
+        ),
+    ),
+    Rule(
+        cel=f"!({_ELASTIC}) || !has(self.nccl) || !has(self.nccl.preflight) "
+        "|| !has(self.nccl.preflight.enabled) || !self.nccl.preflight.enabled",
+        message="spec.nccl.preflight.enabled cannot be combined with spec.torch.elastic (a replaced pod's "
+        "preflight would wait for peers that are training already)",
+        holds=lambda s: s.torch.elastic is None or not s.nccl.preflight.enabled,
+    ),
+    Rule(
+        cel=f"!({_ELASTIC}) || !has(self.runPolicy) || !has(self.runPolicy.successPolicy) "
+        f"|| self.runPolicy.successPolicy == '{SuccessPolicy.RANK_ZERO}'",
+        message="spec.runPolicy.successPolicy must be RankZero with spec.torch.elastic (a replacement still "
+        "starting when the others finish would never succeed)",
+        holds=lambda s: s.torch.elastic is None or s.run_policy.success_policy == SuccessPolicy.RANK_ZERO,
+    ),
+)
+
+
 def _unchanged(field: str) -> str:
     return f"(has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field}))"
 
@@ -446,6 +516,7 @@ class DistributedTrainingJobSpec(WireModel):
         # Only where a framework has roles without rank 0 (with PyTorch, any valid replica holds it).
         *(_rank_zero_rule(f) for f in Framework if set(FRAMEWORK_ROLES[f]) - set(RANK_ZERO_ROLES[f])),
         PS_NEEDS_CHIEF,
+        *ELASTIC_RULES,
         Rule(
             cel=f"{_is(Framework.PYTORCH)} || !has(self.nccl) || !has(self.nccl.preflight) "
             "|| !has(self.nccl.preflight.enabled) || !self.nccl.preflight.enabled",

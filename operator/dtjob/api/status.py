@@ -103,6 +103,10 @@ class Restarts(StatusModel):
     """Restarts that moved the gang off a slow rank's node (runPolicy.slowRankRestartSeconds)."""
     total: int = 0
     """failures + preemptions + hangs + slowRanks (a printer column)."""
+    # Written only once it counts something: only elastic jobs replace members.
+    replacements: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Members of an elastic gang (spec.torch.elastic) replaced one by one while the others trained on:
+    no gang restart, so not in total, and charged to no budget."""
     # Written only once it counts something: the preflight is opt-in, and a 0 on every job would be noise.
     preflight_failures: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Attempts whose NCCL preflight failed (spec.nccl.preflight): a failure of the platform, not of the
@@ -185,6 +189,27 @@ class Progress(StatusModel):
     """When the step last advanced (or the first report came)."""
 
 
+class Replacement(StatusModel):
+    """A member of an elastic gang replaced while the others trained on."""
+
+    pod: str
+    uid: str = ""
+    """The replaced pod's uid; empty when it was gone before its end was seen."""
+    reason: str
+    """Why it went: Preempted, or Lost (deleted, or gone with no word)."""
+    message: str = ""
+    time: Timestamp
+
+
+class ElasticStatus(StatusModel):
+    """The mode of an elastic job (spec.torch.elastic): torchrun's bounds, and the members replaced in
+    the current attempt (the latest of each member)."""
+
+    min_replicas: int
+    max_replicas: int
+    replaced: list[Replacement] = Field(default_factory=list, exclude_if=lambda replaced: not replaced)
+
+
 class JobStatus(StatusModel):
     """Observed state of the job."""
 
@@ -203,6 +228,8 @@ class JobStatus(StatusModel):
     preflight: PreflightResult | None = None
     nccl: NcclChoice | None = None
     progress: Progress | None = None
+    elastic: ElasticStatus | None = None
+    """Present for an elastic job only: it says the gang trains on while members are replaced."""
     avoided_nodes: list[str] = Field(default_factory=list, exclude_if=lambda nodes: not nodes)
     """Nodes the gang's pods are kept off, each once the home of a rank slow for
     runPolicy.slowRankRestartSeconds, in the order they were found."""

@@ -85,13 +85,16 @@ def styled_phase(job: Obj) -> Text:
 
 
 def restarts(job: Obj) -> str:
-    """'0', or the total with its causes: '3 (2 failures, 1 preemption)'."""
+    """'0', or the total with its causes: '3 (2 failures, 1 preemption)'; an elastic gang's members
+    replaced without a restart after them: '0 (1 member replaced)'."""
     counts = _status(job).get("restarts") or {}
     parts = [
         f"{counts[key]} {noun}{'' if counts[key] == 1 else 's'}"
         for key, noun in RESTART_KINDS
         if counts.get(key)
     ]
+    if replaced := int(counts.get("replacements") or 0):
+        parts.append(f"{replaced} member{'' if replaced == 1 else 's'} replaced")
     total = sum(int(counts.get(key) or 0) for key, _ in RESTART_KINDS)
     return f"{total} ({', '.join(parts)})" if parts else str(total)
 

@@ -51,7 +51,10 @@ def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -
         if rendezvous.rank != 0:
             wait_until_accepting(host, port, deadline)
         bracketed = f"[{host}]" if ":" in host else host  # an IPv6 literal
-        log.info("joining %s process group at %s:%d as rank %d", backend, host, port, rendezvous.rank)
+        log.info(
+            "joining %s process group at %s:%d as rank %d of %d",
+            backend, host, port, rendezvous.rank, rendezvous.world_size,
+        )  # fmt: skip
         dist.init_process_group(
             backend,
             init_method=f"tcp://{bracketed}:{port}",
