@@ -2,7 +2,8 @@
 at least 2) loses Worker 2 to an eviction mid-run. The gang is not restarted: Workers 0 and 1 keep their
 pods and train on as two ranks while Worker 2's new pod waits for a place (the node is cordoned meanwhile,
 as when a Spot node is gone and none has come back yet); once it runs, it joins them, three ranks again,
-and the job succeeds. The status counts one replacement and no restart."""
+and the job succeeds. The status counts one replacement and no restart. With the node cordoned to the end,
+the two finish the run on their own."""
 
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ EXAMPLE = REPO / "examples" / "elastic-ddp-digits.yaml"
 EPOCHS = 300
 
 
-def elastic_job(name: str) -> dict[str, Any]:
+def elastic_job(name: str, epochs: int = EPOCHS) -> dict[str, Any]:
     job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = name
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["args"] = ["--epochs", str(EPOCHS), "--checkpoint-every", "20"]
+    trainer["args"] = ["--epochs", str(epochs), "--checkpoint-every", "20"]
     return job
 
 
@@ -105,3 +106,26 @@ def test_an_evicted_worker_of_an_elastic_gang_is_replaced_while_the_others_train
     assert reasons.count("MemberReplaced") == 1 and "Preempted" not in reasons, reasons
     result = result_line(core, namespace, worker[0])
     assert result["test_accuracy"] >= 0.95, result
+
+
+def test_an_elastic_gang_whose_lost_worker_finds_no_place_finishes_on_fewer(
+    cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    name = "elastic-fewer"
+    job = elastic_job(name, epochs=60)
+    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    worker = {index: f"{name}-worker-{index}" for index in range(3)}
+    with running_operator(cluster_c, namespace):
+        jobs.create(job)
+        wait_for(checkpoints.latest_step, "a first checkpoint", timeout=300)
+        with cordoned(core, REAL_NODE_NAME):
+            evict(core, namespace, worker[2])
+            jobs.wait_condition(name, "Succeeded", timeout=600)
+    status = jobs.get(name)["status"]
+    assert (status["attempt"], status["restarts"]["total"], status["restarts"]["replacements"]) == (1, 0, 1)
+    # Worker 0 trained to the end as one of two ranks; the replacement never ran.
+    log = core.read_namespaced_pod_log(worker[0], namespace)
+    joins = re.findall(r"as rank \d+ of (\d+)", log)
+    assert joins[0] == "3" and joins[-1] == "2", joins
+    assert result_line(core, namespace, worker[0])["test_accuracy"] >= 0.95
