@@ -106,6 +106,23 @@ _DAEMON_MOUNTS: Final = (
 )
 _DAEMON_ENV: Final = ({"name": "LD_LIBRARY_PATH", "value": NVIDIA_LIB_DIR},)
 _TCPX_SOCKET_MOUNT: Final = {"name": "dtj-tcpx-socket", "mountPath": "/run/tcpx"}
+# The TCPXO daemon writes this file once it has initialised (typically ~30 s), never on a node whose host
+# components are broken (container-engine-accelerators gpudirect-tcpxo/best-practice.md, "Setup Startup
+# Probe for the TCPXO-daemon Sidecar", commit a2371aeb, read 2026-11-26; the name may hold no underscore).
+# The probe on the native sidecar holds the preflight and the trainer back until it passes. Google's
+# example allows 30 s (6 x 5 s), the time a start typically takes; dtjob allows twice that, so a slow
+# start is not a restart. Past it the kubelet restarts the daemon, and an operator that sees it restarted
+# DAEMON_NOT_READY_RESTARTS times without ever starting takes the node for bad (observed.py).
+HEALTH_CHECK_FILE: Final = "/run/health-check"
+_TCPXO_STARTUP_PROBE: Final = {
+    "exec": {"command": ["cat", HEALTH_CHECK_FILE]},
+    "initialDelaySeconds": 1,
+    "periodSeconds": 5,
+    "timeoutSeconds": 1,
+    "successThreshold": 1,
+    "failureThreshold": 12,
+}
+DAEMON_NOT_READY_RESTARTS: Final = 2
 
 TCP: Final = NetworkProfile(env=(("NCCL_SOCKET_IFNAME", "eth0"),))
 
@@ -226,7 +243,8 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
                 "set -ex\nchmod 755 /fts/entrypoint_rxdm_container.sh\n/fts/entrypoint_rxdm_container.sh --num_hops=2\n"
             ],
             "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
-            "env": list(_DAEMON_ENV),
+            "env": [*_DAEMON_ENV, {"name": "HEALTH_CHECK_LOG_FILE", "value": HEALTH_CHECK_FILE}],
+            "startupProbe": _TCPXO_STARTUP_PROBE,
             "volumeMounts": list(_DAEMON_MOUNTS),
         },
     ),
@@ -235,13 +253,26 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
 )
 
 # A3 Ultra and A4. container-engine-accelerators gpudirect-rdma/nccl-test.yaml (commit 0920249d: rdma-0..7
-# on eth2..eth9, no gvnic-1), read 2026-11-23. The recipe's shell sources set_nccl_env.sh; NCCL_NET and
-# NCCL_SOCKET_IFNAME are dtjob's, for a trainer that does not (GKE's RDMA guide exports NCCL_NET=gIB).
+# on eth2..eth9, no gvnic-1), read 2026-11-23. The recipe's shell sources set_nccl_env.sh, which is not
+# published; the gIB tuning below is what Google's Cluster Toolkit sets "to match what is in
+# /usr/local/gib/scripts/set_nccl_env.sh" (examples/machine-learning/a3-ultragpu-8g/nemo-framework/Dockerfile
+# at 4f04afc1; the same values in its a4-highgpu-8g blueprint and GKE's verl tutorial), read 2026-11-26
+# (tests/data/gke_recipes/rdma.yaml). Set here, not sourced, so that the trainer and the NCCL preflight
+# (which copies the trainer's env) run the same NCCL whatever their shell does; the tuner config is per
+# machine (RDMA_TUNER_CONFIGS, as the recipes override it after sourcing).
 RDMA: Final = NetworkProfile(
     env=(
         ("NCCL_NET", "gIB"),
         ("NCCL_SOCKET_IFNAME", "eth0"),
         ("DTJ_NCCL_ENV_SCRIPT", "/usr/local/gib/scripts/set_nccl_env.sh"),
+        ("NCCL_CROSS_NIC", "0"),
+        ("NCCL_NET_GDR_LEVEL", "PIX"),
+        ("NCCL_P2P_NET_CHUNKSIZE", "131072"),
+        ("NCCL_NVLS_CHUNKSIZE", "524288"),
+        ("NCCL_IB_ADAPTIVE_ROUTING", "1"),
+        ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+        ("NCCL_IB_TC", "52"),
+        ("NCCL_IB_FIFO_TC", "84"),
     ),
     library_path=(NVIDIA_LIB_DIR,),
     annotations=_interfaces([f"rdma-{i}" for i in range(8)], first=2),
@@ -257,12 +288,25 @@ RDMA: Final = NetworkProfile(
     preflight_floor_gbps=30.0,
 )
 
+# The gIB tuner's config for each RDMA machine, as Google's recipes set it after sourcing set_nccl_env.sh
+# (AI-Hypercomputer/gpu-recipes a4 and a3ultra workload templates; GKE's verl tutorial), read 2026-11-26.
+RDMA_TUNER_CONFIGS: Final = {
+    "nvidia-h200-141gb": "/usr/local/gib/configs/tuner_config_a3u.txtpb",  # A3 Ultra
+    "nvidia-b200": "/usr/local/gib/configs/tuner_config_a4.txtpb",  # A4
+}
+# torch.distributed's gloo groups (CPU collectives, the rendezvous's barrier) on the pod network: a pod
+# with GPU NICs has several interfaces, and gloo would take whichever its hostname resolves to. Google's
+# recipes set it for A3 Mega, A4 and A4X (gpu-recipes, cluster-toolkit, GKE's verl tutorial).
+GLOO_ON_POD_NETWORK: Final = ("GLOO_SOCKET_IFNAME", "eth0")
+
 PROFILES: Final = {
     NcclProfileName.TCP: TCP,
     NcclProfileName.GPUDIRECT_TCPX: GPUDIRECT_TCPX,
     NcclProfileName.GPUDIRECT_TCPXO: GPUDIRECT_TCPXO,
     NcclProfileName.RDMA: RDMA,
 }
+# The receive daemons the profiles run beside the trainer: one that never starts is its node's fault.
+DAEMON_SIDECARS: Final = frozenset(str(s["name"]) for p in PROFILES.values() for s in p.sidecars)
 
 
 @dataclass(frozen=True)
@@ -337,8 +381,13 @@ def missing_networks(name: NcclProfileName, cluster_networks: frozenset[str]) ->
 
 
 def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName) -> Env:
-    """The profile's variables, NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
+    """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
+    GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
     env = dict(PROFILES[name].env)
+    if name == NcclProfileName.RDMA and spec.accelerator and spec.accelerator.type in RDMA_TUNER_CONFIGS:
+        env["NCCL_TUNER_CONFIG_PATH"] = RDMA_TUNER_CONFIGS[spec.accelerator.type]
+    if PROFILES[name].networks:  # GPU NICs beside the pod network
+        env.update((GLOO_ON_POD_NETWORK,))
     env["NCCL_DEBUG"] = spec.nccl.debug.value
     if spec.framework == Framework.PYTORCH:
         # A lost peer becomes an error that ends the process (and so restarts the gang), not a hang.

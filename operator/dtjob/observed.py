@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from dtjob.api import Role, parse_timestamp
 from dtjob.names import ATTEMPT_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, TRAINER_CONTAINER
+from dtjob.nccl import DAEMON_NOT_READY_RESTARTS, DAEMON_SIDECARS
 from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
 
 
@@ -74,6 +75,8 @@ DISRUPTION_TAINTS: Final = frozenset(
 # The trainer runtime's termination message reason for "stopped on SIGTERM, checkpoint saved" (torchrun
 # exits 1 after its workers wrote it and exited 200; see docs/trainer-runtime.md).
 PREEMPTED_CHECKPOINT_SAVED: Final = "PreemptedCheckpointSaved"
+# The reason of a pod whose GPUDirect daemon sidecar never became ready on its node.
+DAEMON_NOT_READY: Final = "DaemonNotReady"
 
 
 @dataclass(frozen=True)
@@ -191,9 +194,9 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
                 for c in status.get("containerStatuses") or []
             ],
             "initContainerStatuses": [
-                {k: c[k] for k in ("name", "image", "state") if k in c}
+                {k: c[k] for k in ("name", "image", "state", "started", "restartCount") if k in c}
                 for c in status.get("initContainerStatuses") or []
-                if c.get("name") == PREFLIGHT_CONTAINER
+                if c.get("name") == PREFLIGHT_CONTAINER or c.get("name") in DAEMON_SIDECARS
             ],
         },
     }
@@ -271,6 +274,8 @@ class _Facts:
     node_lost: str | None
     """Why the pod's node is gone for good (deleted, or NotReady past the grace); None if it is not."""
     image_error_persists: bool
+    daemon_not_ready: str = ""
+    """Which GPUDirect daemon sidecar keeps failing to start (its startup probe), if one does."""
 
 
 Classification = tuple[PodState, str, str]
@@ -292,6 +297,13 @@ def _disrupted(facts: _Facts) -> Classification | None:
 def _node_lost(facts: _Facts) -> Classification | None:
     if facts.node_lost and facts.phase not in TERMINAL_PHASES:
         return PodState.PREEMPTED, "NodeLost", facts.node_lost
+    return None
+
+
+def _daemon_down(facts: _Facts) -> Classification | None:
+    # The node's host components are broken (the daemon never initialises there): not the code's fault.
+    if facts.daemon_not_ready and facts.phase not in TERMINAL_PHASES:
+        return PodState.PREEMPTED, DAEMON_NOT_READY, facts.daemon_not_ready
     return None
 
 
@@ -349,7 +361,15 @@ def _live(facts: _Facts) -> Classification | None:
     return None
 
 
-CLASSIFIERS: Final[tuple[_Rule, ...]] = (_disrupted, _node_lost, _deleted, _image_error, _ended, _live)
+CLASSIFIERS: Final[tuple[_Rule, ...]] = (
+    _disrupted,
+    _node_lost,
+    _daemon_down,
+    _deleted,
+    _image_error,
+    _ended,
+    _live,
+)
 
 
 def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView] | None = None) -> PodView:
@@ -373,6 +393,7 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         terminating=deletion_due is not None,
         node_lost=node_lost,
         image_error_persists=image_error_at is not None and now >= image_error_at,
+        daemon_not_ready=_daemon_not_ready(status, node),
     )
     state, reason, message = next(
         (found for rule in CLASSIFIERS if (found := rule(facts)) is not None),
@@ -457,6 +478,23 @@ def _image_error_at(
         return None
     scheduled = _time(conditions.get("PodScheduled", {}).get("lastTransitionTime")) or created or now
     return scheduled + IMAGE_PULL_GRACE
+
+
+def _daemon_not_ready(status: Mapping[str, Any], node: str | None) -> str:
+    """A GPUDirect daemon sidecar the kubelet restarted DAEMON_NOT_READY_RESTARTS times without its
+    startup probe ever passing, said as a message naming the node; empty when none."""
+    for daemon in status.get("initContainerStatuses") or []:
+        restarts = daemon.get("restartCount") or 0
+        if (
+            daemon.get("name") in DAEMON_SIDECARS
+            and not daemon.get("started")
+            and restarts >= DAEMON_NOT_READY_RESTARTS
+        ):
+            return (
+                f"the GPUDirect daemon {daemon['name']} never became ready on node {node} (restarted "
+                f"{restarts} times, its startup probe never passed): the node's GPU network is broken"
+            )
+    return ""
 
 
 def _preflight_status(status: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -38,6 +38,7 @@ from dtjob.kueue import Queueing
 from dtjob.kueue import State as QueueState
 from dtjob.observed import (
     ACTIVE_STATES,
+    DAEMON_NOT_READY,
     ENDED_ABNORMALLY,
     IMAGE_ERRORS,
     PREEMPTED_CHECKPOINT_SAVED,
@@ -459,7 +460,9 @@ def _on_abnormal_end(
                 Reason.MAX_PREEMPTIONS_EXCEEDED,
                 f"maxPreemptions ({policy.max_preemptions}) reached; last: {cause}",
             )
-        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause, step=step)
+        avoid = _bad_node(status, ended)
+        then = f"; the next attempts keep off node {avoid}" if avoid else ""
+        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause + then, step=step, avoid=avoid)
 
     if preflight := next((pod for pod in ended if pod.reason == PREFLIGHT_FAILED), None):
         # The network, not the code: failing fast beats restarting onto the same fabric (and is not
@@ -493,6 +496,14 @@ def _on_abnormal_end(
         step=step,
         failures=failures,
     )
+
+
+def _bad_node(status: JobStatus, ended: list[PodView]) -> str | None:
+    """The node of a member whose GPUDirect daemon never became ready there (its host components are
+    broken): the gang restarts without it, as off a slow rank's node, at most MAX_AVOIDED_NODES in all."""
+    if len(status.avoided_nodes) >= MAX_AVOIDED_NODES:
+        return None
+    return next((p.node for p in ended if p.reason == DAEMON_NOT_READY and p.node), None)
 
 
 def _repeated_message(status: JobStatus, same: FailureSignature, step: int | None, cause: str) -> str:

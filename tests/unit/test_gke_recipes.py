@@ -33,12 +33,15 @@ DEPARTURES = {
     # TCPX: the recipe mounts the daemon's socket directory over the trainer's /tmp; dtjob mounts it at
     # /run/tcpx and says so with NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, leaving the trainer its /tmp.
     "tcpx socket in the trainer": "/run/tcpx",
+    # TCPXO's daemon startup probe allows 60 s, not the best-practice example's 30 s: "typically takes ~
+    # 30s" is a typical start, and a slower one must not cost a restart of the daemon.
+    "startup probe failureThreshold": 12,
     # The device plugin already shows the pod its 8 GPUs; NCCL_DEBUG is spec.nccl.debug's.
     "env not set": {"CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"},
     # Set by dtjob beyond the recipe's lists: the socket prefix above; where the installer's env script
     # is, for trainers that source it (the recipes source it in their shell); NCCL_LIB_DIR, which the
     # TCPXO README asks workloads to set; for RDMA, what set_nccl_env.sh is for, for trainers that do
-    # not source it (GKE's RDMA guide: NCCL_NET=gIB; the bootstrap on the pod network).
+    # not source it (the bootstrap on the pod network; the gIB tuning is the script's, in the recipe data).
     "env added": {
         "GPUDirectTCPX": {"NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx"},
         "GPUDirectTCPXO": {
@@ -46,7 +49,6 @@ DEPARTURES = {
             "DTJ_NCCL_ENV_SCRIPT": "/usr/local/nvidia/lib64/nccl-env-profile.sh",
         },
         "RDMA": {
-            "NCCL_NET": "gIB",
             "NCCL_SOCKET_IFNAME": "eth0",
             "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
         },
@@ -109,7 +111,16 @@ def test_the_receive_daemon_is_the_recipes(profile: str) -> None:
     )
     assert [*daemon["command"], *(daemon.get("args") or [])] == [*want["command"], *(want.get("args") or [])]
     assert daemon["securityContext"] == want["securityContext"]
-    assert {e["name"]: e["value"] for e in daemon["env"]} == want["env"]
+    readiness = recipe(profile).get("sidecar_startup_probe") or {"env": {}}
+    assert {e["name"]: e["value"] for e in daemon["env"]} == {**want["env"], **readiness["env"]}
+    if "startupProbe" in readiness:
+        probe = {
+            **readiness["startupProbe"],
+            "failureThreshold": DEPARTURES["startup probe failureThreshold"],
+        }
+        assert daemon["startupProbe"] == probe
+    else:
+        assert "startupProbe" not in daemon  # none published for this daemon
     volumes = host_paths(pod["spec"]["volumes"])
     assert mounted_host_paths(daemon["volumeMounts"], volumes) == mounted_host_paths(
         want["volumeMounts"], host_paths(recipe(profile)["volumes"])
@@ -152,3 +163,15 @@ def test_the_tcpxo_env_has_what_the_guest_config_checker_enforces() -> None:
     required = recipe("GPUDirectTCPXO")["nccl_env_profile_rules"]["required_by_guest_config_checker"]
     env = trainer_env(rendered("GPUDirectTCPXO"))
     assert {k: env.get(k) for k in required} == required
+
+
+def test_each_rdma_machine_gets_its_own_gib_tuner_config() -> None:
+    for accelerator, path in recipe("RDMA")["tuner_config_by_accelerator"].items():
+        job = manifest(("Worker", 2), accelerator={"type": accelerator, "count": 8}, nccl={"profile": "RDMA"})
+        assert trainer_env(pods_of(job)["mnist-worker-0"])["NCCL_TUNER_CONFIG_PATH"] == path, accelerator
+
+
+@pytest.mark.parametrize("profile", FAMILIES)
+def test_gloo_uses_the_pod_network_beside_the_gpu_nics(profile: str) -> None:
+    # Google's recipes set it (GKE's verl tutorial, gpu-recipes, cluster-toolkit: eth0, the pod network).
+    assert trainer_env(rendered(profile))["GLOO_SOCKET_IFNAME"] == "eth0"

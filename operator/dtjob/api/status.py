@@ -232,7 +232,8 @@ class JobStatus(StatusModel):
     """Present for an elastic job only: it says the gang trains on while members are replaced."""
     avoided_nodes: list[str] = Field(default_factory=list, exclude_if=lambda nodes: not nodes)
     """Nodes the gang's pods are kept off, each once the home of a rank slow for
-    runPolicy.slowRankRestartSeconds, in the order they were found."""
+    runPolicy.slowRankRestartSeconds or of a GPUDirect daemon that never became ready, in the order they
+    were found."""
     broken_since: Timestamp | None = None
     """When a member of the current attempt was first seen ended with no disruption in sight: the gang is
     watched for runPolicy.failureSettleSeconds from here before a failure is charged."""
