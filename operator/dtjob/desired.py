@@ -53,11 +53,19 @@ from dtjob.names import (
     selector_labels,
     service_name,
 )
-from dtjob.nccl import PROFILES, library_path, nccl_env
+from dtjob.nccl import library_path, machine_of, nccl_env, profile_for
 from dtjob.preflight import preflight_container
 from dtjob.progress import AUDIENCE, TOKEN_DIRECTORY, TOKEN_SECONDS
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+# GKE taints Arm nodes (A4X's Grace CPUs); Google's A4X JobSet tolerates it (cluster-toolkit
+# examples/gke-a4x/nccl-jobset-example.yaml at d1236e22, read 2026-11-26). The image must be built for arm64.
+ARM64_TOLERATION: Final = {
+    "key": "kubernetes.io/arch",
+    "operator": "Equal",
+    "value": "arm64",
+    "effect": "NoSchedule",
+}
 LIBRARY_PATH: Final = "LD_LIBRARY_PATH"
 ACCELERATOR_NODE_LABEL: Final = "cloud.google.com/gke-accelerator"
 SPOT_NODE_LABEL: Final = "cloud.google.com/gke-spot"
@@ -178,7 +186,7 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
     annotations: dict[str, str] = {}
     if gpu_role and spec.accelerator is not None:
         _wire_accelerator(pod_spec, container, spec)
-        network = PROFILES[gang.network]
+        network = profile_for(gang.network, spec)
         annotations.update(network.annotations)
         _merge_by(pod_spec, "volumes", "name", network.volumes)
         _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
@@ -288,6 +296,8 @@ def _wire_accelerator(
     if spec.accelerator.spot:
         selector[SPOT_NODE_LABEL] = "true"
         tolerations.append(SPOT_TOLERATION)
+    if (machine := machine_of(spec)) is not None and machine.arm64:
+        tolerations.append(ARM64_TOLERATION)
     pod_spec["nodeSelector"] = selector
     _merge_tolerations(pod_spec, tolerations)
     resources = container["resources"] = dict(container.get("resources") or {})

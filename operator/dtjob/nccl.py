@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, Framework, NcclProfileName
@@ -46,21 +46,14 @@ class NetworkProfile:
         return tuple(i["network"] for i in interfaces if i["network"] != "default")
 
 
-AUTO_PROFILES: Final = {
-    "nvidia-h100-80gb": NcclProfileName.GPUDIRECT_TCPX,  # A3 High
-    "nvidia-h100-mega-80gb": NcclProfileName.GPUDIRECT_TCPXO,  # A3 Mega
-    "nvidia-h200-141gb": NcclProfileName.RDMA,  # A3 Ultra
-    "nvidia-b200": NcclProfileName.RDMA,  # A4
-}
-
-
 INTERFACES_ANNOTATION: Final = "networking.gke.io/interfaces"
 # The GKE Network objects (cluster-scoped) that multi-network pods attach to; an admin creates them.
 NETWORK_GROUP: Final = "networking.gke.io"
 NETWORK_VERSION: Final = "v1"
 NETWORK_PLURAL: Final = "networks"
-# GPUDirect moves data between GPUs on different machines over the machine's own GPU NICs: A3/A4 VMs have
-# 8 GPUs, and only a pod that holds all of them gets all the NICs and the right NUMA bindings.
+# GPUDirect moves data between GPUs on different machines over the machine's own GPU NICs: only a pod that
+# holds all of a machine's GPUs gets all the NICs and the right NUMA bindings. A2/A3/A4 VMs have 8 GPUs
+# (the daemons' device lists name 8), A4X 4 (Machine.gpus).
 FULL_MACHINE_GPUS: Final = 8
 # What images built on nvidia/cuda set, where GKE mounts the driver's libraries; used after the
 # profile's directories when the template sets no LD_LIBRARY_PATH (Kubernetes cannot see an image's env).
@@ -259,20 +252,23 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
 # at 4f04afc1; the same values in its a4-highgpu-8g blueprint and GKE's verl tutorial), read 2026-11-26
 # (tests/data/gke_recipes/rdma.yaml). Set here, not sourced, so that the trainer and the NCCL preflight
 # (which copies the trainer's env) run the same NCCL whatever their shell does; the tuner config is per
-# machine (RDMA_TUNER_CONFIGS, as the recipes override it after sourcing).
+# machine (Machine.tuner_config, as the recipes override it after sourcing). Only on the machines those
+# sources are for (A3 Ultra, A4): none is published for A4X, whose recipes source the script alone.
+GIB_TUNING: Final = (
+    ("NCCL_CROSS_NIC", "0"),
+    ("NCCL_NET_GDR_LEVEL", "PIX"),
+    ("NCCL_P2P_NET_CHUNKSIZE", "131072"),
+    ("NCCL_NVLS_CHUNKSIZE", "524288"),
+    ("NCCL_IB_ADAPTIVE_ROUTING", "1"),
+    ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+    ("NCCL_IB_TC", "52"),
+    ("NCCL_IB_FIFO_TC", "84"),
+)
 RDMA: Final = NetworkProfile(
     env=(
         ("NCCL_NET", "gIB"),
         ("NCCL_SOCKET_IFNAME", "eth0"),
         ("DTJ_NCCL_ENV_SCRIPT", "/usr/local/gib/scripts/set_nccl_env.sh"),
-        ("NCCL_CROSS_NIC", "0"),
-        ("NCCL_NET_GDR_LEVEL", "PIX"),
-        ("NCCL_P2P_NET_CHUNKSIZE", "131072"),
-        ("NCCL_NVLS_CHUNKSIZE", "524288"),
-        ("NCCL_IB_ADAPTIVE_ROUTING", "1"),
-        ("NCCL_IB_QPS_PER_CONNECTION", "4"),
-        ("NCCL_IB_TC", "52"),
-        ("NCCL_IB_FIFO_TC", "84"),
     ),
     library_path=(NVIDIA_LIB_DIR,),
     annotations=_interfaces([f"rdma-{i}" for i in range(8)], first=2),
@@ -288,12 +284,50 @@ RDMA: Final = NetworkProfile(
     preflight_floor_gbps=30.0,
 )
 
-# The gIB tuner's config for each RDMA machine, as Google's recipes set it after sourcing set_nccl_env.sh
-# (AI-Hypercomputer/gpu-recipes a4 and a3ultra workload templates; GKE's verl tutorial), read 2026-11-26.
-RDMA_TUNER_CONFIGS: Final = {
-    "nvidia-h200-141gb": "/usr/local/gib/configs/tuner_config_a3u.txtpb",  # A3 Ultra
-    "nvidia-b200": "/usr/local/gib/configs/tuner_config_a4.txtpb",  # A4
+
+@dataclass(frozen=True)
+class Machine:
+    """A GKE GPU machine family, by the accelerator type its nodes are labelled with."""
+
+    name: str
+    gpus: int
+    """GPUs per machine: a GPUDirect pod holds all of them."""
+    profile: NcclProfileName
+    """Its GPU network: what Auto picks on it."""
+    rdma_nics: int = 8
+    """For RDMA: the GPU NICs (rdma-0.. on eth2..)."""
+    tuner_config: str | None = None
+    """For RDMA: the gIB tuner's config, as Google's recipes set it after sourcing set_nccl_env.sh
+    (AI-Hypercomputer/gpu-recipes a4 and a3ultra workload templates; GKE's verl tutorial), read
+    2026-11-26. None where no recipe sets one (A4X sources the script alone)."""
+    arm64: bool = False
+    """Arm nodes, which GKE taints kubernetes.io/arch=arm64:NoSchedule."""
+
+
+# A4X: ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x ("Last updated 2026-04-06"): 4 GPUs,
+# Arm Grace CPUs, rdma-0..3; container-engine-accelerators gpudirect-rdma/nccl-test-imex-a4x.yaml at
+# 155bfa49 (rdma-0..3 on eth2..eth5); read 2026-11-26 (tests/data/gke_recipes/rdma-a4x.yaml).
+MACHINES: Final = {
+    m.name: m
+    for m in (
+        Machine("nvidia-h100-80gb", 8, NcclProfileName.GPUDIRECT_TCPX),  # A3 High
+        Machine("nvidia-h100-mega-80gb", 8, NcclProfileName.GPUDIRECT_TCPXO),  # A3 Mega
+        Machine(
+            "nvidia-h200-141gb",
+            8,
+            NcclProfileName.RDMA,
+            tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        ),  # A3 Ultra
+        Machine(
+            "nvidia-b200",
+            8,
+            NcclProfileName.RDMA,
+            tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
+        ),  # A4
+        Machine("nvidia-gb200", 4, NcclProfileName.RDMA, rdma_nics=4, arm64=True),  # A4X
+    )
 }
+AUTO_PROFILES: Final = {name: machine.profile for name, machine in MACHINES.items()}
 # torch.distributed's gloo groups (CPU collectives, the rendezvous's barrier) on the pod network: a pod
 # with GPU NICs has several interfaces, and gloo would take whichever its hostname resolves to. Google's
 # recipes set it for A3 Mega, A4 and A4X (gpu-recipes, cluster-toolkit, GKE's verl tutorial).
@@ -307,6 +341,25 @@ PROFILES: Final = {
 }
 # The receive daemons the profiles run beside the trainer: one that never starts is its node's fault.
 DAEMON_SIDECARS: Final = frozenset(str(s["name"]) for p in PROFILES.values() for s in p.sidecars)
+
+
+def profile_for(name: NcclProfileName, spec: DistributedTrainingJobSpec) -> NetworkProfile:
+    """The profile as the job's machines need it: RDMA attaches as many NICs as the machine has."""
+    profile = PROFILES[name]
+    machine = machine_of(spec)
+    if name == NcclProfileName.RDMA and machine is not None and machine.rdma_nics != 8:
+        return replace(
+            profile, annotations=_interfaces([f"rdma-{i}" for i in range(machine.rdma_nics)], first=2)
+        )
+    return profile
+
+
+def machine_of(spec: DistributedTrainingJobSpec) -> Machine | None:
+    return MACHINES.get(spec.accelerator.type) if spec.accelerator else None
+
+
+def machine_gpus(spec: DistributedTrainingJobSpec) -> int:
+    return machine.gpus if (machine := machine_of(spec)) else FULL_MACHINE_GPUS
 
 
 @dataclass(frozen=True)
@@ -330,7 +383,7 @@ def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
 
 def needs_networks(spec: DistributedTrainingJobSpec) -> bool:
     """Whether choosing needs to know which Network objects the cluster has."""
-    return spec.accelerator is not None and bool(PROFILES[candidate(spec)].networks)
+    return spec.accelerator is not None and bool(profile_for(candidate(spec), spec).networks)
 
 
 def gpu_pods(spec: DistributedTrainingJobSpec) -> int:
@@ -351,41 +404,45 @@ def choose(spec: DistributedTrainingJobSpec, cluster_networks: frozenset[str]) -
     if wanted == NcclProfileName.TCP:
         return NetworkChoice(NcclProfileName.TCP, f"{accelerator.type} machines have no GPUDirect network")
     fallback = f"TCP instead of {wanted} on {accelerator.type}"
-    if accelerator.count != FULL_MACHINE_GPUS:
+    gpus = machine_gpus(spec)
+    if accelerator.count != gpus:
         return NetworkChoice(
             NcclProfileName.TCP,
             f"{fallback}: each pod asks for {accelerator.count} GPUs, GPUDirect needs the whole machine "
-            f"({FULL_MACHINE_GPUS}, accelerator.count)",
+            f"({gpus}, accelerator.count)",
         )
     if (pods := gpu_pods(spec)) < 2:
         return NetworkChoice(
             NcclProfileName.TCP, f"{fallback}: {pods} GPU pod, whose GPUs talk over NVLink without a network"
         )
-    if missing := missing_networks(wanted, cluster_networks):
+    if missing := missing_networks(spec, wanted, cluster_networks):
         return NetworkChoice(
             NcclProfileName.TCP,
             f"{fallback}: the cluster lacks the Network objects ({NETWORK_GROUP}) {', '.join(missing)} "
             "that its interfaces attach to (see docs/gke.md)",
             degraded=True,
         )
-    networks = PROFILES[wanted].networks
+    networks = profile_for(wanted, spec).networks
     return NetworkChoice(
         wanted,
-        f"{pods} pods of {FULL_MACHINE_GPUS} {accelerator.type} GPUs, Networks {networks[0]}..{networks[-1]} "
-        "present",
+        f"{pods} pods of {gpus} {accelerator.type} GPUs, Networks {networks[0]}..{networks[-1]} present",
     )
 
 
-def missing_networks(name: NcclProfileName, cluster_networks: frozenset[str]) -> tuple[str, ...]:
-    return tuple(n for n in PROFILES[name].networks if n not in cluster_networks)
+def missing_networks(
+    spec: DistributedTrainingJobSpec, name: NcclProfileName, cluster_networks: frozenset[str]
+) -> tuple[str, ...]:
+    return tuple(n for n in profile_for(name, spec).networks if n not in cluster_networks)
 
 
 def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName) -> Env:
     """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
     GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
     env = dict(PROFILES[name].env)
-    if name == NcclProfileName.RDMA and spec.accelerator and spec.accelerator.type in RDMA_TUNER_CONFIGS:
-        env["NCCL_TUNER_CONFIG_PATH"] = RDMA_TUNER_CONFIGS[spec.accelerator.type]
+    machine = machine_of(spec)
+    if name == NcclProfileName.RDMA and machine is not None and machine.tuner_config is not None:
+        env.update(GIB_TUNING)
+        env["NCCL_TUNER_CONFIG_PATH"] = machine.tuner_config
     if PROFILES[name].networks:  # GPU NICs beside the pod network
         env.update((GLOO_ON_POD_NETWORK,))
     env["NCCL_DEBUG"] = spec.nccl.debug.value

@@ -244,7 +244,7 @@ def _networks_missing(
     spec: DistributedTrainingJobSpec, chosen: NetworkChoice, networks: frozenset[str]
 ) -> str | None:
     """Why an explicit profile cannot start here: the cluster lacks its Network objects (Auto falls back)."""
-    missing = missing_networks(chosen.profile, networks)
+    missing = missing_networks(spec, chosen.profile, networks)
     if spec.nccl.profile == NcclProfileName.AUTO or not missing:
         return None
     return (

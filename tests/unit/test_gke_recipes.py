@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
 
+from dtjob.api import DistributedTrainingJobSpec
 from dtjob.desired import SHM_VOLUME
-from tests.unit.builders import manifest, pods_of
+from dtjob.nccl import choose
+from tests.unit.builders import container, manifest, pods_of, template
 
 RECIPES = Path(__file__).parents[1] / "data" / "gke_recipes"
 
+
+class Family(NamedTuple):
+    recipe: str
+    accelerator: str
+    profile: str
+    gpus: int = 8
+
+
 FAMILIES = {
-    "GPUDirectTCPX": ("gpudirect-tcpx.yaml", "nvidia-h100-80gb"),
-    "GPUDirectTCPXO": ("gpudirect-tcpxo.yaml", "nvidia-h100-mega-80gb"),
-    "RDMA": ("rdma.yaml", "nvidia-h200-141gb"),
+    "GPUDirectTCPX": Family("gpudirect-tcpx.yaml", "nvidia-h100-80gb", "GPUDirectTCPX"),
+    "GPUDirectTCPXO": Family("gpudirect-tcpxo.yaml", "nvidia-h100-mega-80gb", "GPUDirectTCPXO"),
+    "RDMA": Family("rdma.yaml", "nvidia-h200-141gb", "RDMA"),
+    "RDMA A4X": Family("rdma-a4x.yaml", "nvidia-gb200", "RDMA", gpus=4),
 }
 
 # Where dtjob's pod differs from the recipe's on purpose (documented in docs/gke.md).
@@ -52,18 +63,25 @@ DEPARTURES = {
             "NCCL_SOCKET_IFNAME": "eth0",
             "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
         },
+        "RDMA A4X": {
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
+        },
     },
 }
 
 
-def recipe(profile: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((RECIPES / FAMILIES[profile][0]).read_text())
+def recipe(family: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((RECIPES / FAMILIES[family].recipe).read_text())
     return loaded
 
 
-def rendered(profile: str) -> dict[str, Any]:
+def rendered(family: str) -> dict[str, Any]:
+    machine = FAMILIES[family]
     job = manifest(
-        ("Worker", 2), accelerator={"type": FAMILIES[profile][1], "count": 8}, nccl={"profile": profile}
+        ("Worker", 2),
+        accelerator={"type": machine.accelerator, "count": machine.gpus},
+        nccl={"profile": machine.profile},
     )
     return pods_of(job)["mnist-worker-0"]
 
@@ -166,7 +184,7 @@ def test_the_tcpxo_env_has_what_the_guest_config_checker_enforces() -> None:
 
 
 def test_each_rdma_machine_gets_its_own_gib_tuner_config() -> None:
-    for accelerator, path in recipe("RDMA")["tuner_config_by_accelerator"].items():
+    for accelerator, path in recipe("RDMA")["tuner_config_by_accelerator"].items():  # A3 Ultra, A4
         job = manifest(("Worker", 2), accelerator={"type": accelerator, "count": 8}, nccl={"profile": "RDMA"})
         assert trainer_env(pods_of(job)["mnist-worker-0"])["NCCL_TUNER_CONFIG_PATH"] == path, accelerator
 
@@ -175,3 +193,44 @@ def test_each_rdma_machine_gets_its_own_gib_tuner_config() -> None:
 def test_gloo_uses_the_pod_network_beside_the_gpu_nics(profile: str) -> None:
     # Google's recipes set it (GKE's verl tutorial, gpu-recipes, cluster-toolkit: eth0, the pod network).
     assert trainer_env(rendered(profile))["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+def test_an_a4x_pod_holds_its_four_gpus_tolerates_arm_nodes_and_gets_no_unpublished_tuning() -> None:
+    want, pod = recipe("RDMA A4X"), rendered("RDMA A4X")
+    trainer = pod["spec"]["containers"][0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == str(want["gpus_per_machine"])
+    assert all(t in pod["spec"]["tolerations"] for t in want["tolerations"])
+    env = trainer_env(pod)
+    assert "NCCL_TUNER_CONFIG_PATH" not in env and "NCCL_IB_TC" not in env
+
+
+def test_auto_takes_rdma_on_a4x_only_with_all_four_gpus_and_its_four_networks() -> None:
+    spec = DistributedTrainingJobSpec.model_validate(
+        manifest(("Worker", 2), accelerator={"type": "nvidia-gb200", "count": 4})["spec"]
+    )
+    chosen = choose(spec, frozenset(f"rdma-{i}" for i in range(4)))
+    assert chosen.profile == "RDMA", chosen.reason
+    assert chosen.reason == "2 pods of 4 nvidia-gb200 GPUs, Networks rdma-0..rdma-3 present"
+    eight = DistributedTrainingJobSpec.model_validate(
+        manifest(("Worker", 2), accelerator={"type": "nvidia-gb200", "count": 8})["spec"]
+    )
+    assert choose(eight, frozenset(f"rdma-{i}" for i in range(8))).profile == "TCP"
+
+
+def test_an_a4x_template_keeps_its_compute_domain_claim() -> None:
+    """Multi-node NVLink: the template adds the ComputeDomain's channel claim itself (docs/gke.md)."""
+    claim = recipe("RDMA A4X")["compute_domain_claim"]
+    trainer = container(resources={"claims": claim["container_claims"]})
+    job = manifest(
+        {
+            "role": "Worker",
+            "count": 2,
+            "template": template(trainer, resourceClaims=claim["pod_resourceClaims"]),
+        },
+        accelerator={"type": "nvidia-gb200", "count": 4},
+        nccl={"profile": "RDMA"},
+    )
+    pod = pods_of(job)["mnist-worker-0"]
+    assert pod["spec"]["resourceClaims"] == claim["pod_resourceClaims"]
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["claims"] == claim["container_claims"] and resources["limits"]["nvidia.com/gpu"] == "4"

@@ -51,7 +51,8 @@ GPU_ROLES: Final = frozenset({Role.MASTER, Role.WORKER, Role.CHIEF})
 class NcclProfileName(StrEnum):
     """How NCCL reaches other nodes. Auto picks the GPUDirect profile of accelerator.type's machines
     (nvidia-h100-80gb, A3 High -> GPUDirectTCPX; nvidia-h100-mega-80gb, A3 Mega -> GPUDirectTCPXO;
-    nvidia-h200-141gb, A3 Ultra and nvidia-b200, A4 -> RDMA) only when each pod has all 8 GPUs, the gang
+    nvidia-h200-141gb, A3 Ultra, nvidia-b200, A4 and nvidia-gb200, A4X -> RDMA) only when each pod has all
+    the machine's GPUs (8; A4X 4), the gang
     has more than one GPU pod and the cluster has the profile's GKE Network objects; else TCP.
     status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks is
     Invalid."""
