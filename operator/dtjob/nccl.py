@@ -339,6 +339,29 @@ PROFILES: Final = {
     NcclProfileName.GPUDIRECT_TCPXO: GPUDIRECT_TCPXO,
     NcclProfileName.RDMA: RDMA,
 }
+# What a GPUDirect profile needs running on the cluster besides its Network objects: GKE's installer of
+# its NCCL plugin (without it the nodes have no plugin: NCCL fails or falls back to sockets) and, for the
+# TCPX(O) daemons, the NRI device injector (without it the daemon gets none of the GPU devices its
+# devices.gke.io annotation names). Names and namespaces as container-engine-accelerators' manifests
+# create them (nccl-tcpx-installer.yaml, nccl-tcpxo-installer.yaml, nccl-rdma-installer.yaml,
+# nri_device_injector/nri-device-injector.yaml and their -autopilot variants; read 2026-11-26): Standard
+# clusters in kube-system, Autopilot in gpudirect-system (TCPX, TCPXO, NRI) and rdma-system (RDMA).
+PLUGIN_INSTALLER: Final = "the NCCL plugin's installer"
+NRI_INJECTOR: Final = "the NRI device injector"
+PREREQUISITES: Final = {
+    NcclProfileName.GPUDIRECT_TCPX: {
+        "nccl-tcpx-installer": PLUGIN_INSTALLER,
+        "device-injector": NRI_INJECTOR,
+    },
+    NcclProfileName.GPUDIRECT_TCPXO: {
+        "nccl-tcpxo-installer": PLUGIN_INSTALLER,
+        "device-injector": NRI_INJECTOR,
+    },
+    NcclProfileName.RDMA: {"nccl-rdma-installer": PLUGIN_INSTALLER},
+}
+PREREQUISITE_NAMESPACES: Final = ("kube-system", "gpudirect-system", "rdma-system")
+PREREQUISITE_DAEMONSETS: Final = frozenset(name for needed in PREREQUISITES.values() for name in needed)
+
 # The receive daemons the profiles run beside the trainer: one that never starts is its node's fault.
 DAEMON_SIDECARS: Final = frozenset(str(s["name"]) for p in PROFILES.values() for s in p.sidecars)
 
@@ -390,11 +413,17 @@ def gpu_pods(spec: DistributedTrainingJobSpec) -> int:
     return sum(spec.replica(role).count for role in spec.roles() if role in GPU_ROLES)
 
 
-def choose(spec: DistributedTrainingJobSpec, cluster_networks: frozenset[str]) -> NetworkChoice:
-    """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all 8 of its
-    GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), and the Network objects
-    its interfaces attach to present in the cluster. Anything else is TCP, with the reason. An explicit
-    profile is taken as it is (`missing_networks` tells whether it can start)."""
+def choose(
+    spec: DistributedTrainingJobSpec,
+    cluster_networks: frozenset[str],
+    daemonsets: frozenset[str] | None = None,
+) -> NetworkChoice:
+    """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all of its
+    GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), the Network objects its
+    interfaces attach to present in the cluster, and its PREREQUISITES running (`daemonsets`: those the
+    cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be read: not judged). Anything else
+    is TCP, with the reason. An explicit profile is taken as it is (`missing_networks` tells whether it can
+    start)."""
     wanted = candidate(spec)
     if spec.nccl.profile != NcclProfileName.AUTO:
         return NetworkChoice(wanted, f"spec.nccl.profile is {wanted}")
@@ -420,6 +449,14 @@ def choose(spec: DistributedTrainingJobSpec, cluster_networks: frozenset[str]) -
             NcclProfileName.TCP,
             f"{fallback}: the cluster lacks the Network objects ({NETWORK_GROUP}) {', '.join(missing)} "
             "that its interfaces attach to (see docs/gke.md)",
+            degraded=True,
+        )
+    if daemonsets is not None and (absent := [n for n in PREREQUISITES[wanted] if n not in daemonsets]):
+        said = ", ".join(f"{name} ({PREREQUISITES[wanted][name]})" for name in absent)
+        return NetworkChoice(
+            NcclProfileName.TCP,
+            f"{fallback}: the cluster runs no DaemonSet {said} in {', '.join(PREREQUISITE_NAMESPACES)}, "
+            "which GKE's GPUDirect guides install (see docs/gke.md)",
             degraded=True,
         )
     networks = profile_for(wanted, spec).networks

@@ -149,6 +149,7 @@ def reconcile(
     now: datetime,
     nodes: Sequence[Mapping[str, Any]] | None = None,
     networks: frozenset[str] | None = None,
+    daemonsets: frozenset[str] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -160,7 +161,8 @@ def reconcile(
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
-    objects, when a Plan asked for them (read_networks). `daemon_images`: the operator's GPUDirect daemon
+    objects, when a Plan asked for them (read_networks); `daemonsets`: the GPUDirect prerequisites the
+    cluster runs, read with them (None: unknown, not judged). `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
@@ -182,7 +184,7 @@ def reconcile(
     if _chooses_network(spec) and recorded is None:
         if networks is None and needs_networks(spec):
             return Plan(read_networks=True)
-        chosen = choose(spec, networks or frozenset())
+        chosen = choose(spec, networks or frozenset(), daemonsets)
         if (missing := _networks_missing(spec, chosen, networks or frozenset())) is not None:
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)

@@ -219,6 +219,7 @@ USED: dict[tuple[str, str, str], str] = {
     ("", "nodes", "list"): "core().list_node,",  # the nodes' reader
     ("", "nodes", "watch"): "core().list_node,",
     ("networking.gke.io", "networks", "list"): ".list_cluster_custom_object(NETWORK_GROUP",
+    ("apps", "daemonsets", "list"): "apps().list_namespaced_daemon_set(",  # GPUDirect's installers
     ("training.dtjob.io", "distributedtrainingjobs", "get"): ".get_namespaced_custom_object(",
     ("training.dtjob.io", "distributedtrainingjobs", "list"): "list_namespaced_custom_object, GROUP",
     ("training.dtjob.io", "distributedtrainingjobs", "watch"): "list_namespaced_custom_object, GROUP",

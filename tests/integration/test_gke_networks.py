@@ -1,6 +1,7 @@
-"""Auto picks GPUDirect only where the cluster has the GKE Network objects its profile attaches pods to,
-and TCP (with a Warning saying why) where it has not; an explicit profile without them is Invalid until
-they exist. The Network CRD is a stand-in (tests/data/gke-network-crd.yaml); the API server is real."""
+"""Auto picks GPUDirect only where the cluster has the GKE Network objects its profile attaches pods to
+and runs GKE's installer DaemonSets, and TCP (with a Warning saying why) where it has not; an explicit
+profile without its Networks is Invalid until they exist. The Network CRD is a stand-in
+(tests/data/gke-network-crd.yaml); the API server is real."""
 
 from __future__ import annotations
 
@@ -65,6 +66,30 @@ def _created(objects: client.CustomObjectsApi, body: dict[str, Any]) -> bool | N
     return True
 
 
+@pytest.fixture
+def add_daemonsets(api_client: client.ApiClient) -> Iterator[Callable[..., None]]:
+    """Create DaemonSets in kube-system by name, as GKE's GPUDirect guides install them (their pods match no
+    node here: only their presence counts), and delete them afterwards."""
+    apps, made = client.AppsV1Api(api_client), []
+
+    def add(*names: str) -> None:
+        for name in names:
+            labels = {"k8s-app": name}
+            body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
+                    "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                             "spec": {"nodeSelector": {"dtjob.test/no-such-node": "true"},
+                                      "containers": [{"name": "pause", "image": "pause"}]}}}}  # fmt: skip
+            apps.create_namespaced_daemon_set("kube-system", body)
+            made.append(name)
+
+    yield add
+    for name in made:
+        apps.delete_namespaced_daemon_set(name, "kube-system")
+
+
+TCPX_DAEMONSETS = ("nccl-tcpx-installer", "device-injector")
+
+
 def chosen(jobs: Jobs, name: str) -> dict[str, Any]:
     return wait_for(lambda: status_of(jobs, name).get("nccl"), f"status.nccl of {name}")
 
@@ -90,8 +115,10 @@ def test_auto_picks_gpudirect_once_the_networks_exist_and_an_explicit_profile_wa
     core: client.CoreV1Api,
     namespace: str,
     add_networks: Callable[..., None],
+    add_daemonsets: Callable[..., None],
 ) -> None:
     add_networks("vpc1", "vpc2", "vpc3", "vpc4")
+    add_daemonsets(*TCPX_DAEMONSETS)
     jobs.create(auto_job("fast"))
     assert chosen(jobs, "fast") == {
         "attempt": 1, "profile": "GPUDirectTCPX",
@@ -116,6 +143,33 @@ def test_auto_picks_gpudirect_once_the_networks_exist_and_an_explicit_profile_wa
     jobs.wait_pods("mega", 2)
     assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
     assert (jobs.condition("mega", "Invalid") or {}).get("status") != "True"
+
+
+def test_auto_falls_back_to_tcp_while_gkes_installers_do_not_run_and_picks_gpudirect_once_they_do(
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    add_networks: Callable[..., None],
+    add_daemonsets: Callable[..., None],
+) -> None:
+    """Networks alone are not enough: without the plugin's installer the nodes have no NCCL plugin, without
+    the NRI device injector the daemon gets no GPU devices."""
+    add_networks("vpc1", "vpc2", "vpc3", "vpc4")
+    jobs.create(auto_job("bare"))
+    reason = chosen(jobs, "bare")["reason"]
+    assert chosen(jobs, "bare")["profile"] == "TCP" and "no DaemonSet nccl-tcpx-installer" in reason, reason
+    warnings = [e.message for e in events_of(core, namespace, "bare") if e.reason == "NetworkChosen"]
+    assert len(warnings) == 1 and "device-injector (the NRI device injector)" in warnings[0], warnings
+
+    add_daemonsets("nccl-tcpx-installer")  # the plugin, but no injector yet
+    jobs.create(auto_job("half"))
+    reason = chosen(jobs, "half")["reason"]
+    assert "no DaemonSet device-injector" in reason and "nccl-tcpx-installer" not in reason, reason
+
+    add_daemonsets("device-injector")
+    jobs.create(auto_job("whole"))
+    assert chosen(jobs, "whole")["profile"] == "GPUDirectTCPX"
 
 
 @pytest.mark.parametrize("example", sorted((REPO / "examples" / "gke").glob("*.yaml")), ids=lambda p: p.stem)

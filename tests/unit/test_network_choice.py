@@ -1,5 +1,6 @@
 """Auto's network choice: GPUDirect only where it can work (a whole machine per pod, more than one GPU
-pod, the cluster's Network objects present), else TCP with the reason; kept per attempt in status.nccl."""
+pod, the cluster's Network objects and GKE's installer DaemonSets present), else TCP with the reason; kept
+per attempt in status.nccl."""
 
 from __future__ import annotations
 
@@ -125,3 +126,41 @@ def test_jobs_without_gpus_or_with_an_explicit_tcp_profile_record_no_choice() ->
     for job in (manifest(("Worker", 2)), two_h100_pods(nccl={"profile": "TCP"})):
         plan = reconcile(job, [], NOW)
         assert not plan.read_networks and plan.status is not None and "nccl" not in plan.status
+
+
+@pytest.mark.parametrize(
+    ("machine", "running", "reason"),
+    [
+        pytest.param(H100, frozenset(), "the cluster runs no DaemonSet nccl-tcpx-installer (the NCCL plugin's "
+                     "installer), device-injector (the NRI device injector) in kube-system, gpudirect-system, "
+                     "rdma-system, which GKE's GPUDirect guides install (see docs/gke.md)", id="TCPX, none"),
+        pytest.param(H100, frozenset({"nccl-tcpx-installer"}), "the cluster runs no DaemonSet device-injector "
+                     "(the NRI device injector)", id="TCPX without the NRI injector"),
+        pytest.param({"type": "nvidia-h100-mega-80gb", "count": 8}, frozenset({"device-injector"}),
+                     "no DaemonSet nccl-tcpxo-installer (the NCCL plugin's installer) in", id="TCPXO without its installer"),
+        pytest.param({"type": "nvidia-b200", "count": 8}, frozenset({"nccl-tcpx-installer", "device-injector"}),
+                     "no DaemonSet nccl-rdma-installer (the NCCL plugin's installer) in", id="RDMA without its installer"),
+    ],
+)  # fmt: skip
+def test_auto_falls_back_to_tcp_where_gkes_installers_do_not_run_and_says_which(
+    machine: dict[str, Any], running: frozenset[str], reason: str
+) -> None:
+    choice = choose(spec(("Worker", 2), accelerator=machine), GKE_NETWORKS, running)
+    assert choice.profile == NcclProfileName.TCP and choice.degraded
+    assert reason in choice.reason, choice.reason
+
+
+def test_auto_takes_gpudirect_where_its_installers_run_or_when_they_could_not_be_read() -> None:
+    job = spec(("Worker", 2), accelerator=H100)
+    assert choose(job, TCPX_NETWORKS, frozenset({"nccl-tcpx-installer", "device-injector"})).profile == (
+        NcclProfileName.GPUDIRECT_TCPX
+    )
+    assert choose(job, TCPX_NETWORKS, None).profile == NcclProfileName.GPUDIRECT_TCPX  # not judged
+    explicit = spec(("Worker", 2), accelerator=H100, nccl={"profile": "GPUDirectTCPX"})
+    assert choose(explicit, TCPX_NETWORKS, frozenset()).profile == NcclProfileName.GPUDIRECT_TCPX
+
+
+def test_a_pass_passes_the_installers_it_read_to_the_choice() -> None:
+    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS, daemonsets=frozenset())
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
+    assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Warning"]

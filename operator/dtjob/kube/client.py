@@ -78,6 +78,10 @@ def custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client())
 
 
+def apps() -> client.AppsV1Api:
+    return client.AppsV1Api(api_client())
+
+
 def coordination() -> client.CoordinationV1Api:
     return client.CoordinationV1Api(api_client())
 

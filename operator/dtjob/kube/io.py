@@ -4,7 +4,8 @@ All calls are blocking (the official client) and go through one client-side rate
 runs them in its worker threads. Reads in the steady state come from the adapter's watch caches, not
 from here: this module reads only a job after a write conflict, a node the node cache does not hold, a
 pod the operator created that the pod watch has not delivered after a while (the watch lags after an
-outage), and the cluster's GKE Network objects once an attempt of a job whose network profile needs them.
+outage), and the cluster's GKE Network objects and GPUDirect DaemonSets once an attempt of a job whose
+network profile needs them.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ from pydantic import ValidationError
 
 from dtjob import kueue
 from dtjob.api import CRD_NAME, GROUP, KIND, PLURAL, VERSION
-from dtjob.kube.client import api_client, core, custom, networking
+from dtjob.kube.client import api_client, apps, core, custom, networking
 from dtjob.kube.throttle import TokenBucket
 from dtjob.names import JOB_NAME_LABEL, JobRef
-from dtjob.nccl import NETWORK_GROUP, NETWORK_PLURAL, NETWORK_VERSION
+from dtjob.nccl import (
+    NETWORK_GROUP,
+    NETWORK_PLURAL,
+    NETWORK_VERSION,
+    PREREQUISITE_DAEMONSETS,
+    PREREQUISITE_NAMESPACES,
+)
 from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
@@ -185,6 +192,26 @@ def read_networks() -> frozenset[str]:
             return frozenset()
         raise
     return frozenset(item["metadata"]["name"] for item in listed.get("items") or [])
+
+
+def read_gpudirect_daemonsets() -> frozenset[str] | None:
+    """Which of the DaemonSets GPUDirect needs (nccl.PREREQUISITES) the cluster runs, in the namespaces
+    GKE's manifests put them; None when the operator may not list DaemonSets (a chart from before this
+    check): then Auto does not judge them."""
+    found: set[str] = set()
+    for namespace in PREREQUISITE_NAMESPACES:
+        _take(write=False)
+        try:
+            listed: Any = apps().list_namespaced_daemon_set(namespace, _preload_content=False)
+        except client.ApiException as err:
+            if err.status == 403:
+                log.warning(
+                    "may not list DaemonSets in %s: GPUDirect's installers are not checked", namespace
+                )
+                return None
+            raise
+        found |= {item["metadata"]["name"] for item in json.loads(listed.data).get("items") or []}
+    return frozenset(found & PREREQUISITE_DAEMONSETS)
 
 
 def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
