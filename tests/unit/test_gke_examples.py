@@ -23,7 +23,7 @@ def stored(path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its_placement(
+def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its_nodes(
     example: Path,
 ) -> None:
     job = stored(example)
@@ -34,11 +34,30 @@ def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its
     for pod in plan.create:
         assert pod["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
         assert "networking.gke.io/interfaces" in pod["metadata"]["annotations"]
-        assert pod["spec"]["nodeSelector"] == {
-            "cloud.google.com/gke-accelerator": accelerator["type"],
-            "cloud.google.com/gke-placement-group": accelerator["placementGroup"],
-            "cloud.google.com/gke-spot": "true",
-        }
+        selector = {"cloud.google.com/gke-accelerator": accelerator["type"]}
+        if "placementGroup" in accelerator:
+            selector["cloud.google.com/gke-placement-group"] = accelerator["placementGroup"]
+        if accelerator.get("spot"):
+            selector["cloud.google.com/gke-spot"] = "true"
+        assert pod["spec"]["nodeSelector"] == selector
+
+
+def test_the_a4x_example_holds_its_four_gpus_on_arm_nodes_with_its_compute_domain_claim() -> None:
+    job = stored(next(p for p in EXAMPLES if p.stem == "llm-a4x"))
+    plan = reconcile(job, [], NOW, networks=GKE_NETWORKS)
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "RDMA"
+    for pod in plan.create:
+        trainer = pod["spec"]["containers"][0]
+        assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert trainer["resources"]["claims"] == [{"name": "compute-domain-channel"}]
+        assert {
+            "key": "kubernetes.io/arch",
+            "operator": "Equal",
+            "value": "arm64",
+            "effect": "NoSchedule",
+        } in pod["spec"]["tolerations"]
+        assert '"network":"rdma-3"' in pod["metadata"]["annotations"]["networking.gke.io/interfaces"]
+        assert '"rdma-4"' not in pod["metadata"]["annotations"]["networking.gke.io/interfaces"]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
