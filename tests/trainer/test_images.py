@@ -80,6 +80,6 @@ def test_each_image_takes_its_base_as_an_argument_runs_as_non_root_and_starts_a_
 @pytest.mark.parametrize("manifest", sorted(p.name for p in (REPO / "examples").glob("*digits.yaml")))
 def test_each_example_manifest_runs_a_module_that_exists_in_its_image(manifest: str) -> None:
     text = (REPO / "examples" / manifest).read_text()
-    # `python -m MODULE`, or a launcher's `-m MODULE` (accelerate launch)
-    (module,) = set(re.findall(r"-m,? (dtjob_examples\.\w+)", text))
+    # `python -m MODULE`, or a launcher's `-m MODULE` (accelerate launch) or `--module MODULE` (torchrun)
+    (module,) = set(re.findall(r"(?:-m|--module),? (dtjob_examples\.\w+)", text))
     assert (IMAGES / "examples" / Path(*module.split("."))).with_suffix(".py").is_file()
