@@ -138,7 +138,8 @@ class Decision:
     failures: tuple[FailureSignature, ...] = ()
     """For a failure restart: how the members failed, to tell the next attempt's failure from."""
     avoid: str | None = None
-    """For a slow-rank restart: the node the next attempts' pods are kept off."""
+    """For a restart off a slow rank's node, or off a node whose GPUDirect daemon never became ready: the
+    node the next attempts' pods are kept off."""
     replaced: tuple[Replacement, ...] = ()
     """For an elastic gang's replacement: the members whose loss this pass sees first."""
 
@@ -269,8 +270,8 @@ def _replace_members(
     """An elastic gang's lost members (preempted, or deleted or gone) replaced while the rest trains on;
     None when the gang must restart (or fail) as any other: not elastic, the rendezvous host lost (every
     torchrun hangs on its store), a member that failed (its torchrun's own restarts ran out: the code, not
-    the capacity), or fewer than minReplicas members left running. Replacements seen in an earlier pass (status.elastic.replaced) are
-    not counted again: their pods are still going, or are to be created."""
+    the capacity), or fewer than minReplicas members left running. Replacements seen in an earlier pass
+    (status.elastic.replaced) are not counted again: their pods are still going, or are to be created."""
     elastic = spec.torch.elastic
     if elastic is None:
         return None
@@ -293,17 +294,15 @@ def _replace_members(
     recorded = status.elastic.replaced if status.elastic is not None else []
     # A member gone before its end was seen (no uid) is known by name: its record's pod went.
     known = {(r.pod, r.uid) for r in recorded} | {(r.pod, "") for r in recorded}
+    # What the MemberReplaced Event says, once: the replacement's record keeps it.
+    train_on = f"the other {len(left)} members train on (spec.torch.elastic: at least {elastic.min_replicas})"
     new = tuple(
-        Replacement(pod=pod.name, uid=pod.uid, reason=pod.state, message=_describe(pod), time=timestamp(now))
+        Replacement(pod=pod.name, uid=pod.uid, reason=pod.state, message=f"{_describe(pod)}; {train_on}",
+                    time=timestamp(now))
         for pod in ended
         if (pod.name, pod.uid) not in known
-    )
-    names = ", ".join(pod.name for pod in ended)
-    message = (
-        f"replacing {names}: the other {len(left)} members train on (spec.torch.elastic: at least "
-        f"{elastic.min_replicas}); the new pods join their rendezvous when they start"
-    )
-    return Decision(Action.REPLACE_MEMBERS, Reason.MEMBER_REPLACED, message, replaced=new)
+    )  # fmt: skip
+    return Decision(Action.REPLACE_MEMBERS, Reason.MEMBER_REPLACED, replaced=new)
 
 
 def _off_a_slow_node(

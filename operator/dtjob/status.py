@@ -284,10 +284,7 @@ def transition_events(old: JobStatus, new: JobStatus) -> list[Event]:
     if new.restarts.replacements > old.restarts.replacements and new.elastic is not None:
         seen = set(old.elastic.replaced) if old.elastic is not None else set()
         for replacement in (r for r in new.elastic.replaced if r not in seen):
-            message = (
-                f"attempt {new.attempt}: {replacement.message}: the gang trains on without it until a new "
-                "pod takes its place (spec.torch.elastic)"
-            )
+            message = f"attempt {new.attempt}: {replacement.message} until a new pod takes its place"
             events.append(Event("Warning", "MemberReplaced", message))
     if new.restarts.total > old.restarts.total and new.last_restart is not None:
         # Even while Restarting is already True (the new gang was preempted before it ran).

@@ -92,6 +92,7 @@ def test_a_preempted_worker_is_replaced_alone_while_the_others_train_on() -> Non
     assert event.type == "Warning" and event.message.startswith(
         "attempt 1: pod mnist-worker-2: TerminationByKubelet"
     )
+    assert "the other 2 members train on (spec.torch.elastic: at least 2)" in event.message
     assert not [e for e in plan.events if e.reason == "Preempted"]
     job = after(job, plan)
 
@@ -185,3 +186,20 @@ def test_a_worker_deleted_by_hand_is_replaced_as_a_lost_member() -> None:
     assert plan.status is not None and plan.status["attempt"] == 1
     assert [r["reason"] for r in plan.status["elastic"]["replaced"]] == ["Lost"]
     assert deleted(plan) == []  # being deleted already
+
+
+def test_an_operator_stopped_after_deleting_a_lost_member_counts_it_once_when_it_comes_back() -> None:
+    """The pass deleted the preempted pod, then the operator stopped before its status write: the next
+    operator finds the member gone with no record of it (no uid), counts it once and creates its pod."""
+    job, pods = running_gang(elastic_job())
+    survivors = [running(pods["mnist-worker-0"]), running(pods["mnist-worker-1"])]
+    lost = reconcile(job, [*survivors, preempted(pods["mnist-worker-2"])], NOW)
+    assert deleted(lost) == ["mnist-worker-2"]  # its status write never lands
+    resumed = reconcile(job, survivors, NOW + timedelta(seconds=5))
+    assert counters(resumed)["replacements"] == 1 and resumed.status is not None
+    assert [p["metadata"]["name"] for p in resumed.create] == ["mnist-worker-2"]
+    assert [(r["pod"], r["uid"], r["reason"]) for r in resumed.status["elastic"]["replaced"]] == [
+        ("mnist-worker-2", "", "Lost")
+    ]
+    again = reconcile(after(job, resumed), survivors, NOW + timedelta(seconds=6))  # its pod not seen yet
+    assert again.status is None and [p["metadata"]["name"] for p in again.create] == ["mnist-worker-2"]

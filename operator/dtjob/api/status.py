@@ -198,7 +198,9 @@ class Replacement(StatusModel):
     reason: str
     """Why it went: Preempted, or Lost (deleted, or gone with no word)."""
     message: str = ""
+    """How it ended, and how many members train on (the MemberReplaced Event's text)."""
     time: Timestamp
+    """When the operator saw it go."""
 
 
 class ElasticStatus(StatusModel):
@@ -206,8 +208,11 @@ class ElasticStatus(StatusModel):
     the current attempt (the latest of each member)."""
 
     min_replicas: int
+    """PET_NNODES' lower bound: fewer members running restart the gang."""
     max_replicas: int
+    """PET_NNODES' upper bound (spec.torch.elastic.maxReplicas, else the Worker count)."""
     replaced: list[Replacement] = Field(default_factory=list, exclude_if=lambda replaced: not replaced)
+    """The latest replacement of each member in this attempt; a new attempt starts with none."""
 
 
 class JobStatus(StatusModel):
