@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             stray = left_behind(jobs, names)
     finally:
         core.delete_namespace(namespace)
-    twice = ledger.twice()
+    twice = ledger.twice(names)
     print(
         f"jobs                     {len(names)} ({', '.join(f'{len(names) // len(lives)}x {life}' for life in lives)})"
     )
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time                {time.monotonic() - start:.0f} s")
     print(f"pods created             {sum(len(uids) for uids in ledger.uids.values())}")
     print(f"jobs off their plan      {len(wrong)} {wrong or ''}")
-    print(f"(job, attempt, role, index) with two pods  {len(twice)} {twice or ''}")
+    print(f"(job, attempt, role, index) with pods beyond the plan  {len(twice)} {twice or ''}")
     print(f"pods left behind         {len(stray)} {stray or ''}")
     print(f"operator logs            {logs}")
     return 1 if wrong or twice or stray else 0

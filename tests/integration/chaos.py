@@ -3,7 +3,7 @@
 One replica is SIGKILLed. Of two (leader election on), the Lease holder is taken away in turn in each
 way a cluster takes one: SIGKILL (OOM, a lost node), SIGTERM with a graceful shutdown (a rollout, a
 force-deleted pod), and a partition (its link to the API server cut while it runs; it comes back as the
-standby once the other has taken over).
+standby once the other has taken over). One life is an elastic gang's: a member replaced alone.
 
 Shared by tests/integration/test_chaos.py (a short run in the suite) and `python -m bench.chaos` (the
 long one, with figures). Every job's life is a plan: what happens to it, and the phase, attempt and
@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kubernetes import client, watch
 
@@ -36,14 +36,23 @@ from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
 from tests.waiting import wait_for
 
 LEASE = "dtjob-chaos"
-# The lives: (phase at the end, attempt at the end, failures, preemptions); None: the job is deleted.
-LIVES: dict[str, tuple[str, int, int, int] | None] = {
-    "clean": ("Succeeded", 1, 0, 0),
-    "preempted": ("Succeeded", 2, 0, 1),
-    "failed": ("Failed", 1, 0, 0),
-    "suspended": ("Succeeded", 2, 0, 0),  # a suspension moves the gang to the next attempt
+# The lives: (phase at the end, attempt at the end, failures, preemptions, replacements); None: the job
+# is deleted.
+LIVES: dict[str, tuple[str, int, int, int, int] | None] = {
+    "clean": ("Succeeded", 1, 0, 0, 0),
+    "preempted": ("Succeeded", 2, 0, 1, 0),
+    "failed": ("Failed", 1, 0, 0, 0),
+    "suspended": ("Succeeded", 2, 0, 0, 0),  # a suspension moves the gang to the next attempt
     "deleted": None,
+    # An elastic gang (spec.torch.elastic) of 3 Workers, at least 2: its preempted Worker 2 is replaced
+    # alone, in the same attempt, which is the one member that may have two pods.
+    "elastic": ("Succeeded", 1, 0, 0, 1),
 }
+ELASTIC_LOST: Final = ("Worker", "2")
+
+
+def gang_size(life: str) -> int:
+    return 3 if life == "elastic" else 2
 
 
 # The ways a cluster takes a leader away, taken in turn with two replicas.
@@ -199,11 +208,18 @@ class PodLedger:
             self._stop.set()
             self._thread.join()
 
-    def twice(self) -> dict[tuple[str, str, str, str], set[str]]:
-        """The members that had more than one pod; raises if the ledger's watch died (it saw nothing since)."""
+    def twice(self, names: dict[str, str]) -> dict[tuple[str, str, str, str], set[str]]:
+        """The members that had more pods than their job's life (name -> life) plans: one each, and an
+        elastic job's lost member one more per replacement; raises if the ledger's watch died (it saw
+        nothing since)."""
         if self.error is not None or (not self._thread.is_alive() and not self._stop.is_set()):
             raise AssertionError(f"the pod ledger's watch died: {self.error!r}") from self.error
-        return {key: uids for key, uids in self.uids.items() if len(uids) > 1}
+        return {key: uids for key, uids in self.uids.items() if len(uids) > _planned_pods(key, names)}
+
+
+def _planned_pods(key: tuple[str, str, str, str], names: dict[str, str]) -> int:
+    planned = LIVES[names[key[0]]]
+    return 1 + planned[4] if planned is not None and key[2:] == ELASTIC_LOST else 1
 
 
 def live(
@@ -218,13 +234,16 @@ def live(
     `between` runs between the phases (the chaos waits for its next kill there)."""
     for name, life in names.items():
         policy = "Never" if life == "failed" else "OnFailure"
-        jobs.create(pytorch_job(name, runPolicy={"failureSettleSeconds": 0, "restartPolicy": policy}))
+        elastic = {"torch": {"elastic": {"minReplicas": 2}}} if life == "elastic" else {}
+        jobs.create(pytorch_job(name, workers=gang_size(life), **elastic,
+                                runPolicy={"failureSettleSeconds": 0, "restartPolicy": policy}))  # fmt: skip
     between()
-    for name in names:
-        gang_of_attempt(jobs, name, 1, 2, timeout=timeout)
+    for name, life in names.items():
+        gang_of_attempt(jobs, name, 1, gang_size(life), timeout=timeout)
     between()
     steps: dict[str, Callable[[str], None]] = {
         "preempted": lambda n: sim.preempt_pod(core, namespace, f"{n}-worker-1"),
+        "elastic": lambda n: sim.preempt_pod(core, namespace, f"{n}-worker-{ELASTIC_LOST[1]}"),
         "failed": lambda n: sim.exit_pod(core, namespace, f"{n}-worker-0", exit_code=1),
         "suspended": lambda n: jobs.patch(n, {"spec": {"runPolicy": {"suspend": True}}}),
         "deleted": jobs.delete,
@@ -244,7 +263,7 @@ def live(
         if planned is None or planned[0] != "Succeeded":
             continue
         # Rank 0 last, as a gang ends: once it succeeds the job is done and the operator deletes the rest.
-        for pod in reversed(gang_of_attempt(jobs, name, planned[1], 2, timeout=timeout)):
+        for pod in reversed(gang_of_attempt(jobs, name, planned[1], gang_size(life), timeout=timeout)):
             sim.exit_pod(core, namespace, pod.metadata.name, exit_code=0)
 
 
@@ -265,6 +284,7 @@ def outcome(jobs: Jobs, names: dict[str, str], timeout: float) -> dict[str, Any]
             status["attempt"],
             restarts.get("failures", 0),
             restarts.get("preemptions", 0),
+            restarts.get("replacements", 0),
         )
         if got != planned:
             wrong[name] = (planned, got)
