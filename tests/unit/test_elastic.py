@@ -7,7 +7,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from dtjob.plan import Plan, reconcile
+from dtjob.plan import Plan, reconcile, status_patch
 from tests.unit.builders import (
     NOW,
     SHARED_CHECKPOINTS,
@@ -203,3 +203,16 @@ def test_an_operator_stopped_after_deleting_a_lost_member_counts_it_once_when_it
     ]
     again = reconcile(after(job, resumed), survivors, NOW + timedelta(seconds=6))  # its pod not seen yet
     assert again.status is None and [p["metadata"]["name"] for p in again.create] == ["mnist-worker-2"]
+
+
+def test_a_job_made_fixed_while_suspended_loses_its_elastic_status_on_the_server() -> None:
+    """A merge patch keeps what it omits: the status write must clear status.elastic, not leave it."""
+    job, pods = running_gang(elastic_job())
+    job = after(job, reconcile(job, [running(pods["mnist-worker-0"]), running(pods["mnist-worker-1"]),
+                                     preempted(pods["mnist-worker-2"])], NOW))  # fmt: skip
+    assert job["status"]["elastic"]["replaced"]
+    fixed = {**job, "spec": {**job["spec"], "torch": {}, "runPolicy": {"suspend": True}}}
+    plan = reconcile(fixed, [], NOW + timedelta(seconds=5))
+    assert plan.status is not None and "elastic" not in plan.status
+    assert status_patch(job["status"], plan.status)["elastic"] is None
+    assert "elastic" not in after(fixed, plan)["status"]
