@@ -63,8 +63,10 @@ def stick_terminating(core: Any, namespace: str, name: str) -> None:
     _annotate(core, namespace, name, {STUCK_TERMINATING: "true"})
 
 
-def add_gpu_node(cluster: Any, index: int, spot: bool = False) -> str:
-    node = fakenodes.gpu_node(index, spot=spot)
+def add_gpu_node(
+    cluster: Any, index: int, spot: bool = False, accelerator: str = fakenodes.DEFAULT_ACCELERATOR
+) -> str:
+    node = fakenodes.gpu_node(index, accelerator=accelerator, spot=spot)
     fakenodes.apply_nodes(cluster.layout, [node])
     name: str = node["metadata"]["name"]
     cluster.wait_nodes_ready(1, label=f"kubernetes.io/hostname={name}", timeout=60)

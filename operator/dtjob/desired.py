@@ -1,4 +1,5 @@
-"""A job's children: the headless Service, the NetworkPolicy if enabled, one Pod per replica in rank order.
+"""A job's children: the headless Service, the NetworkPolicy if enabled, the ResourceClaimTemplate of the
+GPU NICs under a profile that claims them (ManagedRDMA), one Pod per replica in rank order.
 
 Pure and deterministic: the same job and attempt give byte-identical objects, ready for server-side
 apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
@@ -30,6 +31,9 @@ apply (apiVersion and kind set, no status). How the template is merged with what
   equality: what the template already has wins, so a template can replace /dev/shm or a profile's
   volume. The nodeSelector keys for the accelerator, Spot and the compact placement group are the
   operator's.
+- Under a profile that claims the GPU NICs through DRA (ManagedRDMA), GPU pods get the claim
+  `dtj-gpu-nics` from the job's ResourceClaimTemplate, and the trainer (so the preflight too) uses it; the
+  template's own resourceClaims (an A4X ComputeDomain channel) are kept.
 - On GPU roles, LD_LIBRARY_PATH is the network profile's library directories, then the template's own
   value (else what CUDA images set: /usr/local/nvidia/lib:/usr/local/nvidia/lib64). Kubernetes cannot
   see an image's environment: an image that needs more on it sets it in the template's env.
@@ -47,6 +51,7 @@ from dtjob.kueue import PodSetInfo
 from dtjob.names import (
     TRAINER_CONTAINER,
     JobRef,
+    gpu_nic_claims_name,
     job_labels,
     network_policy_name,
     pod_labels,
@@ -81,6 +86,9 @@ SPOT_TOLERATION: Final = {
     "effect": "NoSchedule",
 }
 SHM_VOLUME: Final = "dtj-shm"
+# The pod's claim on its node's GPU NICs (ManagedRDMA), and the request in the ResourceClaimTemplate.
+GPU_NIC_CLAIM: Final = "dtj-gpu-nics"
+GPU_NIC_REQUEST: Final = "gpu-nics"
 CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
 # The pod's token for the operator's progress intake: bound to the pod, for that audience only.
 PROGRESS_TOKEN_VOLUME: Final = {
@@ -115,7 +123,8 @@ def render_children(job: Mapping[str, Any], attempt: int) -> list[dict[str, Any]
 def render(job: JobRef, spec: DistributedTrainingJobSpec, attempt: int) -> list[dict[str, Any]]:
     gang = Gang.of(job, spec, attempt)
     policy = [render_network_policy(gang)] if spec.network_policy.enabled else []
-    return [render_service(gang), *policy, *(render_pod(gang, member) for member in gang.members)]
+    claims = [template] if (template := render_gpu_nic_claims(gang)) is not None else []
+    return [render_service(gang), *policy, *claims, *(render_pod(gang, member) for member in gang.members)]
 
 
 def render_service(gang: Gang) -> dict[str, Any]:
@@ -151,6 +160,24 @@ def render_network_policy(gang: Gang) -> dict[str, Any]:
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": copy.deepcopy(gang_pods)}]}],
         },
+    }
+
+
+def render_gpu_nic_claims(gang: Gang) -> dict[str, Any] | None:
+    """Under a profile that claims the GPU NICs through DRA: the ResourceClaimTemplate from which each GPU
+    pod gets a claim on all of its node's NICs of that DeviceClass (allocationMode All, as Cluster
+    Toolkit's default-rdma template asks). None otherwise."""
+    if gang.spec.accelerator is None or gang.network is None:
+        return None
+    device_class = profile_for(gang.network, gang.spec).device_class
+    if device_class is None:
+        return None
+    request = {"deviceClassName": device_class, "allocationMode": "All"}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _metadata(gang.job, gpu_nic_claims_name(gang.job.name), job_labels(gang.job)),
+        "spec": {"spec": {"devices": {"requests": [{"name": GPU_NIC_REQUEST, "exactly": request}]}}},
     }
 
 
@@ -192,6 +219,10 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
         _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
         sidecars = [{**s, "image": gang.daemon_image or s["image"]} for s in network.sidecars]
         _merge_by(pod_spec, "initContainers", "name", sidecars)
+        if network.device_class is not None:
+            claim = {"name": GPU_NIC_CLAIM, "resourceClaimTemplateName": gpu_nic_claims_name(gang.job.name)}
+            _merge_by(pod_spec, "resourceClaims", "name", [claim])
+            _merge_by(container.setdefault("resources", {}), "claims", "name", [{"name": GPU_NIC_CLAIM}])
     if spec.nccl.preflight.enabled:  # last: after the network's sidecars, on the fully wired trainer
         _merge_by(pod_spec, "initContainers", "name", [preflight_container(spec, gang.network, container)])
 

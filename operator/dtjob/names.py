@@ -53,6 +53,11 @@ def network_policy_name(job_name: str) -> str:
     return job_name
 
 
+def gpu_nic_claims_name(job_name: str) -> str:
+    """The ResourceClaimTemplate from which each GPU pod claims its node's GPU NICs (ManagedRDMA)."""
+    return f"{job_name}-gpu-nics"
+
+
 def pod_name(job_name: str, role: str, index: int) -> str:
     return f"{job_name}-{role.lower()}-{index}"
 

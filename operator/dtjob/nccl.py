@@ -39,11 +39,20 @@ class NetworkProfile:
     TCPXO ~188 GB/s, A3 Ultra/A4 RDMA ~330-350 GB/s (nccl-tests figures in
     shared/reference/platform-facts.md, read 2026-11-23)."""
 
+    device_class: str | None = None
+    """The DRA DeviceClass the pods claim their GPU NICs from (all of the node's, one claim a pod) instead
+    of attaching Network objects: GKE's managed DRANET."""
+
     @property
     def networks(self) -> tuple[str, ...]:
         """The GKE Network objects its interfaces annotation names, besides the pod network."""
         interfaces = json.loads(self.annotations.get(INTERFACES_ANNOTATION, "[]"))
         return tuple(i["network"] for i in interfaces if i["network"] != "default")
+
+    @property
+    def gpu_nics(self) -> bool:
+        """Whether its pods have GPU NICs beside the pod network (attached Networks or claimed devices)."""
+        return bool(self.networks) or self.device_class is not None
 
 
 INTERFACES_ANNOTATION: Final = "networking.gke.io/interfaces"
@@ -284,6 +293,21 @@ RDMA: Final = NetworkProfile(
     preflight_floor_gbps=30.0,
 )
 
+# RDMA with GKE's managed DRANET: a node pool with DRANET enabled (GKE 1.34.1-gke.1829001 or later,
+# Dataplane V2) hands its RDMA NICs out through DRA, and GKE installs the DeviceClass mrdma.google.com; a
+# pod claims all of its node's (allocationMode All) with a ResourceClaimTemplate and attaches no Network
+# objects (the pool has none: Cluster Toolkit refuses additional_networks with enable_dranet). Cluster
+# Toolkit modules/compute/gke-node-pool (resource-claim-template.yaml.tftpl, main.tf) and
+# examples/gke-a4x/nccl-jobset-example.yaml at d1236e22, read 2026-11-26
+# (tests/data/gke_recipes/rdma-dranet.yaml). The rest (gIB, its libraries, the tuning) is RDMA's.
+MANAGED_RDMA_DEVICE_CLASS: Final = "mrdma.google.com"
+MANAGED_RDMA: Final = replace(
+    RDMA,
+    annotations={"networking.gke.io/default-interface": "eth0"},
+    device_class=MANAGED_RDMA_DEVICE_CLASS,
+)
+RDMA_PROFILES: Final = frozenset({NcclProfileName.RDMA, NcclProfileName.MANAGED_RDMA})
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -338,6 +362,7 @@ PROFILES: Final = {
     NcclProfileName.GPUDIRECT_TCPX: GPUDIRECT_TCPX,
     NcclProfileName.GPUDIRECT_TCPXO: GPUDIRECT_TCPXO,
     NcclProfileName.RDMA: RDMA,
+    NcclProfileName.MANAGED_RDMA: MANAGED_RDMA,
 }
 # What a GPUDirect profile needs running on the cluster besides its Network objects: GKE's installer of
 # its NCCL plugin (without it the nodes have no plugin: NCCL fails or falls back to sockets) and, for the
@@ -358,6 +383,7 @@ PREREQUISITES: Final = {
         "device-injector": NRI_INJECTOR,
     },
     NcclProfileName.RDMA: {"nccl-rdma-installer": PLUGIN_INSTALLER},
+    NcclProfileName.MANAGED_RDMA: {"nccl-rdma-installer": PLUGIN_INSTALLER},
 }
 PREREQUISITE_NAMESPACES: Final = ("kube-system", "gpudirect-system", "rdma-system")
 PREREQUISITE_DAEMONSETS: Final = frozenset(name for needed in PREREQUISITES.values() for name in needed)
@@ -405,8 +431,8 @@ def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
 
 
 def needs_networks(spec: DistributedTrainingJobSpec) -> bool:
-    """Whether choosing needs to know which Network objects the cluster has."""
-    return spec.accelerator is not None and bool(profile_for(candidate(spec), spec).networks)
+    """Whether choosing needs to know which Network objects (and DRA DeviceClasses) the cluster has."""
+    return spec.accelerator is not None and profile_for(candidate(spec), spec).gpu_nics
 
 
 def gpu_pods(spec: DistributedTrainingJobSpec) -> int:
@@ -417,13 +443,15 @@ def choose(
     spec: DistributedTrainingJobSpec,
     cluster_networks: frozenset[str],
     daemonsets: frozenset[str] | None = None,
+    device_classes: frozenset[str] = frozenset(),
 ) -> NetworkChoice:
     """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all of its
     GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), the Network objects its
-    interfaces attach to present in the cluster, and its PREREQUISITES running (`daemonsets`: those the
-    cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be read: not judged). Anything else
-    is TCP, with the reason. An explicit profile is taken as it is (`missing_networks` tells whether it can
-    start)."""
+    interfaces attach to present in the cluster (on RDMA machines without them: ManagedRDMA where the
+    cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`), and its PREREQUISITES
+    running (`daemonsets`: those the cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be
+    read: not judged). Anything else is TCP, with the reason. An explicit profile is taken as it is
+    (`missing_networks` and `missing_device_class` tell whether it can start)."""
     wanted = candidate(spec)
     if spec.nccl.profile != NcclProfileName.AUTO:
         return NetworkChoice(wanted, f"spec.nccl.profile is {wanted}")
@@ -444,11 +472,19 @@ def choose(
         return NetworkChoice(
             NcclProfileName.TCP, f"{fallback}: {pods} GPU pod, whose GPUs talk over NVLink without a network"
         )
-    if missing := missing_networks(spec, wanted, cluster_networks):
+    missing = missing_networks(spec, wanted, cluster_networks)
+    if missing and wanted == NcclProfileName.RDMA and MANAGED_RDMA_DEVICE_CLASS in device_classes:
+        wanted, missing = NcclProfileName.MANAGED_RDMA, ()
+    if missing:
+        dranet = (
+            f" nor GKE's managed DRANET (DeviceClass {MANAGED_RDMA_DEVICE_CLASS})"
+            if wanted == NcclProfileName.RDMA
+            else ""
+        )
         return NetworkChoice(
             NcclProfileName.TCP,
             f"{fallback}: the cluster lacks the Network objects ({NETWORK_GROUP}) {', '.join(missing)} "
-            "that its interfaces attach to (see docs/gke.md)",
+            f"that its interfaces attach to{dranet} (see docs/gke.md)",
             degraded=True,
         )
     if daemonsets is not None and (absent := [n for n in PREREQUISITES[wanted] if n not in daemonsets]):
@@ -459,11 +495,13 @@ def choose(
             "which GKE's GPUDirect guides install (see docs/gke.md)",
             degraded=True,
         )
-    networks = profile_for(wanted, spec).networks
-    return NetworkChoice(
-        wanted,
-        f"{pods} pods of {gpus} {accelerator.type} GPUs, Networks {networks[0]}..{networks[-1]} present",
+    profile = profile_for(wanted, spec)
+    nics = (
+        f"their NICs claimed from GKE's managed DRANET (DeviceClass {profile.device_class})"
+        if profile.device_class is not None
+        else f"Networks {profile.networks[0]}..{profile.networks[-1]} present"
     )
+    return NetworkChoice(wanted, f"{pods} pods of {gpus} {accelerator.type} GPUs, {nics}")
 
 
 def missing_networks(
@@ -472,15 +510,21 @@ def missing_networks(
     return tuple(n for n in profile_for(name, spec).networks if n not in cluster_networks)
 
 
+def missing_device_class(name: NcclProfileName, device_classes: frozenset[str]) -> str | None:
+    """The DeviceClass the profile claims NICs from, when the cluster lacks it."""
+    wanted = PROFILES[name].device_class
+    return wanted if wanted is not None and wanted not in device_classes else None
+
+
 def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName) -> Env:
     """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
     GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
     env = dict(PROFILES[name].env)
     machine = machine_of(spec)
-    if name == NcclProfileName.RDMA and machine is not None and machine.tuner_config is not None:
+    if name in RDMA_PROFILES and machine is not None and machine.tuner_config is not None:
         env.update(GIB_TUNING)
         env["NCCL_TUNER_CONFIG_PATH"] = machine.tuner_config
-    if PROFILES[name].networks:  # GPU NICs beside the pod network
+    if PROFILES[name].gpu_nics:
         env.update((GLOO_ON_POD_NETWORK,))
     env["NCCL_DEBUG"] = spec.nccl.debug.value
     if spec.framework == Framework.PYTORCH:

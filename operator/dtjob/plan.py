@@ -47,10 +47,17 @@ from dtjob.api import (
 )
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.desired import render_network_policy, render_pod, render_service
+from dtjob.desired import render_gpu_nic_claims, render_network_policy, render_pod, render_service
 from dtjob.frameworks import Gang, Member
 from dtjob.names import JobRef
-from dtjob.nccl import NETWORK_GROUP, NetworkChoice, choose, missing_networks, needs_networks
+from dtjob.nccl import (
+    NETWORK_GROUP,
+    NetworkChoice,
+    choose,
+    missing_device_class,
+    missing_networks,
+    needs_networks,
+)
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
 from dtjob.status import (
@@ -115,7 +122,8 @@ class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
     """Pods to create (each once: one that exists already is fine)."""
     apply: list[dict[str, Any]] = field(default_factory=list)
-    """The Service and the NetworkPolicy, server-side applied, when missing or differing from the render."""
+    """The Service and the NetworkPolicy, server-side applied, when missing or differing from the render;
+    the GPU NICs' ResourceClaimTemplate with the pods that claim from it."""
     relabel: list[Relabel] = field(default_factory=list)
     delete: list[Delete] = field(default_factory=list)
     status: dict[str, Any] | None = None
@@ -150,6 +158,7 @@ def reconcile(
     nodes: Sequence[Mapping[str, Any]] | None = None,
     networks: frozenset[str] | None = None,
     daemonsets: frozenset[str] | None = None,
+    device_classes: frozenset[str] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -162,7 +171,8 @@ def reconcile(
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
     objects, when a Plan asked for them (read_networks); `daemonsets`: the GPUDirect prerequisites the
-    cluster runs, read with them (None: unknown, not judged). `daemon_images`: the operator's GPUDirect daemon
+    cluster runs, read with them (None: unknown, not judged); `device_classes`: the names of the cluster's
+    DRA DeviceClasses, read with them. `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
@@ -184,8 +194,9 @@ def reconcile(
     if _chooses_network(spec) and recorded is None:
         if networks is None and needs_networks(spec):
             return Plan(read_networks=True)
-        chosen = choose(spec, networks or frozenset(), daemonsets)
-        if (missing := _networks_missing(spec, chosen, networks or frozenset())) is not None:
+        classes = device_classes or frozenset()
+        chosen = choose(spec, networks or frozenset(), daemonsets, classes)
+        if (missing := _networks_missing(spec, chosen, networks or frozenset(), classes)) is not None:
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
@@ -243,11 +254,24 @@ def _chooses_network(spec: DistributedTrainingJobSpec) -> bool:
 
 
 def _networks_missing(
-    spec: DistributedTrainingJobSpec, chosen: NetworkChoice, networks: frozenset[str]
+    spec: DistributedTrainingJobSpec,
+    chosen: NetworkChoice,
+    networks: frozenset[str],
+    device_classes: frozenset[str],
 ) -> str | None:
-    """Why an explicit profile cannot start here: the cluster lacks its Network objects (Auto falls back)."""
+    """Why an explicit profile cannot start here: the cluster lacks its Network objects, or the DeviceClass
+    it claims NICs from (Auto falls back)."""
+    if spec.nccl.profile == NcclProfileName.AUTO:
+        return None
+    if (device_class := missing_device_class(chosen.profile, device_classes)) is not None:
+        return (
+            f"spec.nccl.profile: {chosen.profile} claims each pod's GPU NICs from the DRA DeviceClass "
+            f"{device_class}, which this cluster lacks: GKE installs it on clusters with managed DRANET "
+            f"(docs/gke.md; this job looks again every {RECHECK_SECONDS:.0f}s). Use profile RDMA with "
+            "the rdma-N Network objects, or Auto"
+        )
     missing = missing_networks(spec, chosen.profile, networks)
-    if spec.nccl.profile == NcclProfileName.AUTO or not missing:
+    if not missing:
         return None
     return (
         f"spec.nccl.profile: {chosen.profile} attaches each pod to the GKE Network objects "
@@ -410,8 +434,9 @@ def _workload_status(
 def _writes(
     decision: Decision, gang: Gang, observed: Observed, admitted: kueue.Queueing | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Relabel]]:
-    """The Service and NetworkPolicy to apply (if they differ), the pods to create, the live pods to
-    relabel; a Kueue-admitted gang's pods with what the admission adds."""
+    """The Service and NetworkPolicy to apply (if they differ), with the GPU NICs' ResourceClaimTemplate
+    when pods that claim from it are created; the pods to create, the live pods to relabel; a
+    Kueue-admitted gang's pods with what the admission adds."""
     action = decision.action
     keeps_gang = action in KEEPS_GANG and decision.reason != Reason.FINISHED
     if not keeps_gang and action not in (Action.SUSPEND, Action.RESTART_GANG):
@@ -431,6 +456,9 @@ def _writes(
         return render_pod(gang, member, kueue.pod_set_of(pod_sets, member.role))
 
     created = [render(m) for m in gang.members if create and m.pod not in present]
+    if created and (claims := render_gpu_nic_claims(gang)) is not None:
+        # Not watched: applied (a no-op when unchanged) before any pod that claims from it is created.
+        apply.append(claims)
     kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
     relabel = [r for m, pod in kept if (r := _drifted(pod, render(m))) is not None]
     return apply, created, relabel

@@ -220,6 +220,10 @@ USED: dict[tuple[str, str, str], str] = {
     ("", "nodes", "watch"): "core().list_node,",
     ("networking.gke.io", "networks", "list"): ".list_cluster_custom_object(NETWORK_GROUP",
     ("apps", "daemonsets", "list"): "apps().list_namespaced_daemon_set(",  # GPUDirect's installers
+    ("resource.k8s.io", "deviceclasses", "list"): "resource().list_device_class(",  # managed DRANET
+    # ManagedRDMA's ResourceClaimTemplate: server-side apply creates a missing one.
+    ("resource.k8s.io", "resourceclaimtemplates", "create"): ".patch_namespaced_resource_claim_template",
+    ("resource.k8s.io", "resourceclaimtemplates", "patch"): ".patch_namespaced_resource_claim_template",
     ("training.dtjob.io", "distributedtrainingjobs", "get"): ".get_namespaced_custom_object(",
     ("training.dtjob.io", "distributedtrainingjobs", "list"): "list_namespaced_custom_object, GROUP",
     ("training.dtjob.io", "distributedtrainingjobs", "watch"): "list_namespaced_custom_object, GROUP",

@@ -5,6 +5,7 @@ profile without its Networks is Invalid until they exist. The Network CRD is a s
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from localcluster import Cluster
+from localcluster import Cluster, sim
 from tests.integration.conftest import REPO, Jobs, pytorch_job
 from tests.integration.test_fault_tolerance import events_of, status_of
 from tests.waiting import wait_for
@@ -178,3 +179,73 @@ def test_the_gke_examples_are_accepted_by_the_api_server(
 ) -> None:
     """They need GKE to run; the CRD's schema and rules accept them as written."""
     cluster_b.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(example))
+
+
+# GKE's managed DRANET, played here: the DeviceClass GKE installs and a driver's ResourceSlices listing each
+# fake A4 node's 8 RDMA NICs. The driver name is this test's own (GKE's is not what dtjob reads: the pods
+# claim by DeviceClass); the scheduler and the resource claim controller are the real ones.
+DRANET_DRIVER = "dranet.stand-in.dtjob.io"
+
+
+@pytest.fixture
+def managed_dranet(cluster_b: Cluster, api_client: client.ApiClient) -> Iterator[list[str]]:
+    """Two fake A4 (nvidia-b200) nodes whose RDMA NICs a DRA driver publishes, and the DeviceClass
+    mrdma.google.com; all removed afterwards."""
+    resource, core = client.ResourceV1Api(api_client), client.CoreV1Api(api_client)
+    nodes = [
+        sim.add_gpu_node(cluster_b, i, accelerator="nvidia-b200")
+        for i in random.sample(range(5000, 10000), 2)
+    ]
+    resource.create_device_class({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                  "metadata": {"name": "mrdma.google.com"},
+                                  "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRANET_DRIVER}"'}}]}})  # fmt: skip
+    for node in nodes:
+        resource.create_resource_slice({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-rdma"},
+            "spec": {"driver": DRANET_DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"rdma{i}"} for i in range(8)]},
+        })  # fmt: skip
+    yield nodes
+    resource.delete_device_class("mrdma.google.com")
+    for node in nodes:
+        resource.delete_resource_slice(f"{node}-rdma")
+        core.delete_node(node)
+
+
+def test_auto_claims_the_gpu_nics_from_gkes_managed_dranet_and_the_scheduler_allocates_them(
+    operator: KopfRunner,
+    jobs: Jobs,
+    api_client: client.ApiClient,
+    namespace: str,
+    without_networks: None,
+    add_daemonsets: Callable[..., None],
+    managed_dranet: list[str],
+) -> None:
+    """A4 machines without the rdma-N Networks but with DRANET's DeviceClass: ManagedRDMA. Each pod claims
+    all of its node's NICs from the job's ResourceClaimTemplate; the scheduler allocates them, so the two
+    pods land on the two nodes that have NICs, one each."""
+    add_daemonsets("nccl-rdma-installer")
+    job = pytorch_job("dranet", accelerator={"type": "nvidia-b200", "count": 8})
+    del job["spec"]["nccl"]  # Auto
+    jobs.create(job)
+    assert chosen(jobs, "dranet") == {
+        "attempt": 1, "profile": "ManagedRDMA",
+        "reason": "2 pods of 8 nvidia-b200 GPUs, their NICs claimed from GKE's managed DRANET (DeviceClass mrdma.google.com)",
+    }  # fmt: skip
+    resource = client.ResourceV1Api(api_client)
+    template = resource.read_namespaced_resource_claim_template("dranet-gpu-nics", namespace)
+    assert template.metadata.owner_references[0].kind == "DistributedTrainingJob"
+    pods = jobs.wait_pods("dranet", 2, phase="Running")
+    assert sorted(p.spec.node_name for p in pods) == sorted(managed_dranet)
+    assert all("networking.gke.io/interfaces" not in p.metadata.annotations for p in pods)
+
+    def allocated() -> dict[str, list[str]] | None:
+        claims = resource.list_namespaced_resource_claim(namespace).items
+        if len(claims) != 2 or any(c.status is None or c.status.allocation is None for c in claims):
+            return None
+        return {c.status.reserved_for[0].name: sorted(r.device for r in c.status.allocation.devices.results)
+                for c in claims}  # fmt: skip
+
+    devices = wait_for(allocated, "both pods' claims allocated")
+    assert devices == {p.metadata.name: [f"rdma{i}" for i in range(8)] for p in pods}

@@ -161,7 +161,7 @@ BAD_MANIFESTS: list[BadManifest] = [
                 "spec.accelerator.count in body should be greater than or equal to 1"),
     BadManifest("a GPUDirect profile without an accelerator is rejected",
                 job(nccl={"profile": "GPUDirectTCPX"}),
-                "spec.nccl.profile GPUDirectTCPX, GPUDirectTCPXO and RDMA need spec.accelerator"),
+                "spec.nccl.profile GPUDirectTCPX, GPUDirectTCPXO, RDMA and ManagedRDMA need spec.accelerator"),
     BadManifest("an NCCL variable set twice is rejected",
                 job(nccl={"env": [{"name": "NCCL_ALGO", "value": "Ring"}, {"name": "NCCL_ALGO", "value": "Tree"}]}),
                 "spec.nccl.env[1]: Duplicate value"),

@@ -65,3 +65,18 @@ def test_without_the_networks_auto_runs_it_over_tcp(example: Path) -> None:
     plan = reconcile(stored(example), [], NOW, networks=frozenset())
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
     assert all("networking.gke.io/interfaces" not in p["metadata"]["annotations"] for p in plan.create)
+
+
+def test_the_a4x_example_claims_its_nics_on_a_cluster_with_managed_dranet_beside_its_channel() -> None:
+    job = stored(next(p for p in EXAMPLES if p.stem == "llm-a4x"))
+    plan = reconcile(job, [], NOW, networks=frozenset(), device_classes=frozenset({"mrdma.google.com"}))
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
+    assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
+    for pod in plan.create:
+        assert [c["name"] for c in pod["spec"]["resourceClaims"]] == [
+            "compute-domain-channel",
+            "dtj-gpu-nics",
+        ]
+        claims = pod["spec"]["containers"][0]["resources"]["claims"]
+        assert claims == [{"name": "compute-domain-channel"}, {"name": "dtj-gpu-nics"}]
+        assert "networking.gke.io/interfaces" not in pod["metadata"]["annotations"]

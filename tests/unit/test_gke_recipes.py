@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.desired import SHM_VOLUME
+from dtjob.desired import SHM_VOLUME, render_children
 from dtjob.nccl import choose
 from tests.unit.builders import container, manifest, pods_of, template
 
@@ -34,6 +34,7 @@ FAMILIES = {
     "GPUDirectTCPXO": Family("gpudirect-tcpxo.yaml", "nvidia-h100-mega-80gb", "GPUDirectTCPXO"),
     "RDMA": Family("rdma.yaml", "nvidia-h200-141gb", "RDMA"),
     "RDMA A4X": Family("rdma-a4x.yaml", "nvidia-gb200", "RDMA", gpus=4),
+    "ManagedRDMA A4X": Family("rdma-dranet.yaml", "nvidia-gb200", "ManagedRDMA", gpus=4),
 }
 
 # Where dtjob's pod differs from the recipe's on purpose (documented in docs/gke.md).
@@ -67,7 +68,14 @@ DEPARTURES = {
             "NCCL_SOCKET_IFNAME": "eth0",
             "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
         },
+        "ManagedRDMA A4X": {
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "DTJ_NCCL_ENV_SCRIPT": "/usr/local/gib/scripts/set_nccl_env.sh",
+        },
     },
+    # Managed DRANET: the toolkit's node pool applies one default-rdma template per cluster; dtjob applies
+    # one per job, which the job owns (it works in any namespace and goes with the job), under its own names.
+    "dranet names": {"template": "mnist-gpu-nics", "request": "gpu-nics", "claim": "dtj-gpu-nics"},
 }
 
 
@@ -234,3 +242,21 @@ def test_an_a4x_template_keeps_its_compute_domain_claim() -> None:
     assert pod["spec"]["resourceClaims"] == claim["pod_resourceClaims"]
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["claims"] == claim["container_claims"] and resources["limits"]["nvidia.com/gpu"] == "4"
+
+
+def test_a_managed_rdma_pod_claims_all_its_nodes_nics_as_the_toolkit_does() -> None:
+    want, names = recipe("ManagedRDMA A4X")["dranet"], DEPARTURES["dranet names"]
+    job = manifest(
+        ("Worker", 2), accelerator={"type": "nvidia-gb200", "count": 4}, nccl={"profile": "ManagedRDMA"}
+    )
+    (claims,) = [c for c in render_children(job, attempt=1) if c["kind"] == "ResourceClaimTemplate"]
+    assert claims["metadata"]["name"] == names["template"]
+    (theirs,) = want["claim_template"]["requests"]
+    assert claims["spec"]["spec"]["devices"]["requests"] == [{**theirs, "name": names["request"]}]
+    pod = pods_of(job)["mnist-worker-0"]
+    (their_claim,) = want["pod_resourceClaims"]
+    assert pod["spec"]["resourceClaims"] == [
+        {**their_claim, "name": names["claim"], "resourceClaimTemplateName": names["template"]}
+    ]
+    assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": names["claim"]}]
+    assert all(t in pod["spec"]["tolerations"] for t in recipe("ManagedRDMA A4X")["tolerations"])

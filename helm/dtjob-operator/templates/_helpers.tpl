@@ -37,6 +37,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [list, watch, create, patch, delete]
+# The GPU NICs' ResourceClaimTemplate of a job under ManagedRDMA: server-side apply creates it.
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [create, patch]
 # A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended; its
 # status patched to hand an evicted gang's quota back and to mark it Finished.
 - apiGroups: [kueue.x-k8s.io]

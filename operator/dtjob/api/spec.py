@@ -53,15 +53,18 @@ class NcclProfileName(StrEnum):
     (nvidia-h100-80gb, A3 High -> GPUDirectTCPX; nvidia-h100-mega-80gb, A3 Mega -> GPUDirectTCPXO;
     nvidia-h200-141gb, A3 Ultra, nvidia-b200, A4 and nvidia-gb200, A4X -> RDMA) only when each pod has all
     the machine's GPUs (8; A4X 4), the gang
-    has more than one GPU pod and the cluster has the profile's GKE Network objects; else TCP.
-    status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks is
-    Invalid."""
+    has more than one GPU pod and the cluster has the profile's GKE Network objects; else TCP. On RDMA
+    machines without the rdma-N Networks, ManagedRDMA where the cluster has GKE's managed DRANET (the
+    DeviceClass mrdma.google.com): the pods get their GPU NICs through a DRA claim instead.
+    status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks (or,
+    for ManagedRDMA, its DeviceClass) is Invalid."""
 
     AUTO = "Auto"
     TCP = "TCP"
     GPUDIRECT_TCPX = "GPUDirectTCPX"
     GPUDIRECT_TCPXO = "GPUDirectTCPXO"
     RDMA = "RDMA"
+    MANAGED_RDMA = "ManagedRDMA"
 
 
 class NcclDebug(StrEnum):
@@ -527,7 +530,7 @@ class DistributedTrainingJobSpec(WireModel):
         Rule(
             cel="!has(self.nccl) || !has(self.nccl.profile) || self.nccl.profile in ['Auto', 'TCP'] "
             "|| has(self.accelerator)",
-            message="spec.nccl.profile GPUDirectTCPX, GPUDirectTCPXO and RDMA need spec.accelerator",
+            message="spec.nccl.profile GPUDirectTCPX, GPUDirectTCPXO, RDMA and ManagedRDMA need spec.accelerator",
             holds=lambda s: (
                 s.nccl.profile in (NcclProfileName.AUTO, NcclProfileName.TCP) or s.accelerator is not None
             ),

@@ -88,3 +88,7 @@ def coordination() -> client.CoordinationV1Api:
 
 def networking() -> client.NetworkingV1Api:
     return client.NetworkingV1Api(api_client())
+
+
+def resource() -> client.ResourceV1Api:
+    return client.ResourceV1Api(api_client())

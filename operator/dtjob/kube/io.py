@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from dtjob import kueue
 from dtjob.api import CRD_NAME, GROUP, KIND, PLURAL, VERSION
-from dtjob.kube.client import api_client, apps, core, custom, networking
+from dtjob.kube.client import api_client, apps, core, custom, networking, resource
 from dtjob.kube.throttle import TokenBucket
 from dtjob.names import JOB_NAME_LABEL, JobRef
 from dtjob.nccl import (
@@ -214,6 +214,23 @@ def read_gpudirect_daemonsets() -> frozenset[str] | None:
     return frozenset(found & PREREQUISITE_DAEMONSETS)
 
 
+def read_device_classes() -> frozenset[str]:
+    """The names of the cluster's DRA DeviceClasses (GKE's managed DRANET installs mrdma.google.com): none
+    where resource.k8s.io/v1 is not served or the operator may not list them (a chart from before this
+    check; logged)."""
+    _take(write=False)
+    try:
+        listed: Any = resource().list_device_class(_preload_content=False)
+    except client.ApiException as err:
+        if err.status == 403:
+            log.warning("may not list DeviceClasses: managed DRANET is not looked for")
+            return frozenset()
+        if err.status == 404:
+            return frozenset()
+        raise
+    return frozenset(item["metadata"]["name"] for item in json.loads(listed.data).get("items") or [])
+
+
 def create_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Create a pod; None when it exists already (a cache that has not seen it yet), which is fine."""
     _take()
@@ -294,10 +311,11 @@ def relabel(namespace: str, op: Relabel) -> None:
 
 
 def apply(obj: Mapping[str, Any]) -> None:
-    """Server-side apply of the job's Service or NetworkPolicy under one field manager, forcing ownership
-    so an edited one drifts back."""
+    """Server-side apply of the job's Service, NetworkPolicy or ResourceClaimTemplate under one field
+    manager, forcing ownership so an edited one drifts back."""
     patch = {"Service": core().patch_namespaced_service,
-             "NetworkPolicy": networking().patch_namespaced_network_policy}[obj["kind"]]  # fmt: skip
+             "NetworkPolicy": networking().patch_namespaced_network_policy,
+             "ResourceClaimTemplate": resource().patch_namespaced_resource_claim_template}[obj["kind"]]  # fmt: skip
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     _take()
     patch(
