@@ -166,7 +166,8 @@ def render_network_policy(gang: Gang) -> dict[str, Any]:
 def render_gpu_nic_claims(gang: Gang) -> dict[str, Any] | None:
     """Under a profile that claims the GPU NICs through DRA: the ResourceClaimTemplate from which each GPU
     pod gets a claim on all of its node's NICs of that DeviceClass (allocationMode All, as Cluster
-    Toolkit's default-rdma template asks). None otherwise."""
+    Toolkit's default-rdma template asks). None otherwise. Its spec is immutable once created: a release
+    that changes it must also change its name (names.gpu_nic_claims_name)."""
     if gang.spec.accelerator is None or gang.network is None:
         return None
     device_class = profile_for(gang.network, gang.spec).device_class
