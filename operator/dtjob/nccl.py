@@ -388,6 +388,29 @@ PREREQUISITES: Final = {
 PREREQUISITE_NAMESPACES: Final = ("kube-system", "gpudirect-system", "rdma-system")
 PREREQUISITE_DAEMONSETS: Final = frozenset(name for needed in PREREQUISITES.values() for name in needed)
 
+# The TCPXO daemon must match the NCCL plugin the cluster's nccl-tcpxo-installer put on the nodes: each
+# release pairs an installer image with a daemon image (container-engine-accelerators
+# gpudirect-tcpxo/README.md "Releases" at 685dca25, Jan 9, 2026, read 2026-11-26; the pairs are test data in
+# tests/data/gke_recipes/gpudirect-tcpxo.yaml). Installer tag -> daemon tag.
+TCPXO_INSTALLER: Final = "nccl-tcpxo-installer"
+TCPXO_PLUGIN_IMAGE: Final = "nccl-plugin-gpudirecttcpx-dev"
+TCPXO_DAEMON_FOR_PLUGIN: Final = {
+    "v1.0.15": "v1.0.21",
+    "v1.0.14": "v1.0.20",
+    "v1.0.12": "v1.0.18",
+    "v1.0.11": "v1.0.17",
+    "v1.0.9-1": "v1.0.15",
+    "v1.0.8-1": "v1.0.14",
+    "v1.0.7": "v1.0.13_1",
+    "v1.0.6": "v1.0.12",
+    "v1.0.5": "v1.0.11",
+    "v1.0.4": "v1.0.10",
+    "v1.0.3": "v1.0.09",
+    "v1.0.2": "v1.0.8",
+    "v1.0.1": "v1.0.8",
+    "v1.0.0": "v1.0.6-sctp",
+}
+
 # The receive daemons the profiles run beside the trainer: one that never starts is its node's fault.
 DAEMON_SIDECARS: Final = frozenset(str(s["name"]) for p in PROFILES.values() for s in p.sidecars)
 
@@ -418,8 +441,9 @@ class NetworkChoice:
     profile: NcclProfileName
     reason: str
     degraded: bool = False
-    """TCP although the machines have a GPUDirect network, only for want of the cluster's Networks:
-    NCCL then runs 10-100x slower than it could (a Warning Event says so)."""
+    """A Warning Event says so: TCP although the machines have a GPUDirect network, only for want of the
+    cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPXO daemon that
+    does not pair with the cluster's plugin."""
 
 
 def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
@@ -502,6 +526,37 @@ def choose(
         else f"Networks {profile.networks[0]}..{profile.networks[-1]} present"
     )
     return NetworkChoice(wanted, f"{pods} pods of {gpus} {accelerator.type} GPUs, {nics}")
+
+
+def daemon_mismatch(
+    name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, tuple[str, ...]]
+) -> str | None:
+    """Why the TCPXO daemon the pods get does not pair with the NCCL plugin the cluster's installer
+    DaemonSet installs (`installers`: DaemonSet name -> its pod template's images); None when it pairs,
+    or when the installer, its plugin version or the pairing is unknown."""
+    if name != NcclProfileName.GPUDIRECT_TCPXO:
+        return None
+    daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
+    plugins = [i for i in installers.get(TCPXO_INSTALLER, ()) if _repository(i).endswith(TCPXO_PLUGIN_IMAGE)]
+    if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(_tag(plugins[0]))) is None:
+        return None
+    if _tag(daemon) == paired:
+        return None
+    return (
+        f"the daemon {daemon} does not pair with the NCCL plugin {_tag(plugins[0])} that the cluster's "
+        f"{TCPXO_INSTALLER} installs: that plugin pairs with daemon {paired} (GKE's TCPXO release notes); "
+        "set spec.nccl.daemonImage, or the chart's nccl.daemonImages.tcpxo, to the daemon of that tag "
+        "(docs/gke.md)"
+    )
+
+
+def _repository(image: str) -> str:
+    return image.split("@", 1)[0].rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+
+
+def _tag(image: str) -> str:
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
 
 
 def missing_networks(

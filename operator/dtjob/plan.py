@@ -54,6 +54,7 @@ from dtjob.nccl import (
     NETWORK_GROUP,
     NetworkChoice,
     choose,
+    daemon_mismatch,
     missing_device_class,
     missing_networks,
     needs_networks,
@@ -159,6 +160,7 @@ def reconcile(
     networks: frozenset[str] | None = None,
     daemonsets: frozenset[str] | None = None,
     device_classes: frozenset[str] | None = None,
+    installers: Mapping[str, tuple[str, ...]] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -172,7 +174,7 @@ def reconcile(
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
     objects, when a Plan asked for them (read_networks); `daemonsets`: the GPUDirect prerequisites the
     cluster runs, read with them (None: unknown, not judged); `device_classes`: the names of the cluster's
-    DRA DeviceClasses, read with them. `daemon_images`: the operator's GPUDirect daemon
+    DRA DeviceClasses, and `installers` the images of those DaemonSets, read with them. `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
@@ -201,6 +203,10 @@ def reconcile(
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
     gang = Gang.of(ref, spec, old.attempt, network, daemon_images, progress_url, tuple(old.avoided_nodes))
+    if chosen is not None and (
+        mismatch := daemon_mismatch(chosen.profile, gang.daemon_image, installers or {})
+    ):
+        chosen = replace(chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True)
     observed = observe(children, now, nodes)
     queue = kueue.queue_of(job)
     queueing = kueue.read(queue, workload, flavors or {}, kueue_served, routes) if queue else None

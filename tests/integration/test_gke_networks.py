@@ -73,13 +73,13 @@ def add_daemonsets(api_client: client.ApiClient) -> Iterator[Callable[..., None]
     node here: only their presence counts), and delete them afterwards."""
     apps, made = client.AppsV1Api(api_client), []
 
-    def add(*names: str) -> None:
+    def add(*names: str, image: str = "pause") -> None:
         for name in names:
             labels = {"k8s-app": name}
             body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
                     "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
                              "spec": {"nodeSelector": {"dtjob.test/no-such-node": "true"},
-                                      "containers": [{"name": "pause", "image": "pause"}]}}}}  # fmt: skip
+                                      "containers": [{"name": "pause", "image": image}]}}}}  # fmt: skip
             apps.create_namespaced_daemon_set("kube-system", body)
             made.append(name)
 
@@ -160,7 +160,12 @@ def test_auto_falls_back_to_tcp_while_gkes_installers_do_not_run_and_picks_gpudi
     jobs.create(auto_job("bare"))
     reason = chosen(jobs, "bare")["reason"]
     assert chosen(jobs, "bare")["profile"] == "TCP" and "no DaemonSet nccl-tcpx-installer" in reason, reason
-    warnings = [e.message for e in events_of(core, namespace, "bare") if e.reason == "NetworkChosen"]
+    warnings = wait_for(
+        lambda: (
+            [e.message for e in events_of(core, namespace, "bare") if e.reason == "NetworkChosen"] or None
+        ),
+        "the NetworkChosen Event",
+    )
     assert len(warnings) == 1 and "device-injector (the NRI device injector)" in warnings[0], warnings
 
     add_daemonsets("nccl-tcpx-installer")  # the plugin, but no injector yet
@@ -171,6 +176,33 @@ def test_auto_falls_back_to_tcp_while_gkes_installers_do_not_run_and_picks_gpudi
     add_daemonsets("device-injector")
     jobs.create(auto_job("whole"))
     assert chosen(jobs, "whole")["profile"] == "GPUDirectTCPX"
+
+
+def test_a_tcpxo_daemon_that_does_not_pair_with_the_installed_plugin_is_named_in_a_warning(
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    add_networks: Callable[..., None],
+    add_daemonsets: Callable[..., None],
+) -> None:
+    """The cluster's installer is at the Nov 19, 2025 release (plugin v1.0.14, whose daemon is v1.0.20);
+    the profile's daemon is v1.0.21."""
+    add_networks(*(f"vpc{i}" for i in range(1, 9)))
+    add_daemonsets("device-injector")
+    add_daemonsets("nccl-tcpxo-installer",
+                   image="us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.14")  # fmt: skip
+    job = pytorch_job("mega", accelerator={"type": "nvidia-h100-mega-80gb", "count": 8})
+    del job["spec"]["nccl"]
+    jobs.create(job)
+    assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
+    (warning,) = wait_for(
+        lambda: [e for e in events_of(core, namespace, "mega") if e.reason == "NetworkChosen"] or None,
+        "the NetworkChosen Event",
+    )
+    assert warning.type == "Warning"
+    assert "does not pair with the NCCL plugin v1.0.14" in warning.message, warning.message
+    assert "pairs with daemon v1.0.20" in warning.message
 
 
 @pytest.mark.parametrize("example", sorted((REPO / "examples" / "gke").glob("*.yaml")), ids=lambda p: p.stem)

@@ -16,7 +16,7 @@ import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.desired import SHM_VOLUME, render_children
-from dtjob.nccl import choose
+from dtjob.nccl import GPUDIRECT_TCPXO, TCPXO_DAEMON_FOR_PLUGIN, choose
 from tests.unit.builders import container, manifest, pods_of, template
 
 RECIPES = Path(__file__).parents[1] / "data" / "gke_recipes"
@@ -260,3 +260,14 @@ def test_a_managed_rdma_pod_claims_all_its_nodes_nics_as_the_toolkit_does() -> N
     ]
     assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": names["claim"]}]
     assert all(t in pod["spec"]["tolerations"] for t in recipe("ManagedRDMA A4X")["tolerations"])
+
+
+def test_the_tcpxo_daemon_pairs_with_the_plugin_each_release_names() -> None:
+    releases = recipe("GPUDirectTCPXO")["tcpxo_releases"]
+    assert {r["plugin"]: r["daemon"] for r in releases} == TCPXO_DAEMON_FOR_PLUGIN
+    # The profile's own daemon is the newest upstream release's: it pairs with that release's plugin.
+    daemon = GPUDIRECT_TCPXO.sidecars[0]["image"]
+    assert (
+        daemon.endswith(":" + releases[0]["daemon"])
+        and TCPXO_DAEMON_FOR_PLUGIN[releases[0]["plugin"]] == (releases[0]["daemon"])
+    )

@@ -194,11 +194,12 @@ def read_networks() -> frozenset[str]:
     return frozenset(item["metadata"]["name"] for item in listed.get("items") or [])
 
 
-def read_gpudirect_daemonsets() -> frozenset[str] | None:
-    """Which of the DaemonSets GPUDirect needs (nccl.PREREQUISITES) the cluster runs, in the namespaces
-    GKE's manifests put them; None when the operator may not list DaemonSets (a chart from before this
-    check): then Auto does not judge them."""
-    found: set[str] = set()
+def read_gpudirect_daemonsets() -> dict[str, tuple[str, ...]] | None:
+    """The DaemonSets GPUDirect needs (nccl.PREREQUISITES) that the cluster runs, in the namespaces GKE's
+    manifests put them, each with its pod template's images (an installer's says its plugin version); None
+    when the operator may not list DaemonSets (a chart from before this check): then Auto does not judge
+    them."""
+    found: dict[str, tuple[str, ...]] = {}
     for namespace in PREREQUISITE_NAMESPACES:
         _take(write=False)
         try:
@@ -210,8 +211,12 @@ def read_gpudirect_daemonsets() -> frozenset[str] | None:
                 )
                 return None
             raise
-        found |= {item["metadata"]["name"] for item in json.loads(listed.data).get("items") or []}
-    return frozenset(found & PREREQUISITE_DAEMONSETS)
+        for item in json.loads(listed.data).get("items") or []:
+            if (name := item["metadata"]["name"]) in PREREQUISITE_DAEMONSETS:
+                pod = ((item.get("spec") or {}).get("template") or {}).get("spec") or {}
+                containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+                found[name] = tuple(str(c.get("image", "")) for c in containers)
+    return found
 
 
 def read_device_classes() -> frozenset[str]:
