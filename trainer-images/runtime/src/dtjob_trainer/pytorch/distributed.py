@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +79,9 @@ def distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> Ite
     On a normal exit the ranks first meet at a barrier: a rank that tears its process group down while a
     peer still talks to it can abort in gloo's worker threads ("terminate called without an active
     exception", SIGABRT) after its work is done. Not on an exception: a lost peer would never arrive."""
+    # A native crash in a collective library (gloo's or NCCL's threads abort the process) prints every
+    # thread's Python stack; the container's termination message keeps the end of the log.
+    faulthandler.enable(sys.stderr, all_threads=True)
     context = init_distributed(rendezvous, rendezvous_timeout_s)
     try:
         yield context
