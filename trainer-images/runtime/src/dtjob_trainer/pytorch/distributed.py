@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import sys
@@ -81,7 +82,8 @@ def distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> Ite
     exception", SIGABRT) after its work is done. Not on an exception: a lost peer would never arrive."""
     # A native crash in a collective library (gloo's or NCCL's threads abort the process) prints every
     # thread's Python stack; the container's termination message keeps the end of the log.
-    faulthandler.enable(sys.stderr, all_threads=True)
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # a stderr with no file descriptor
+        faulthandler.enable(sys.stderr, all_threads=True)
     context = init_distributed(rendezvous, rendezvous_timeout_s)
     try:
         yield context
