@@ -148,8 +148,8 @@ def test_an_evicted_worker_of_another_framework_restarts_the_gang_from_every_ran
             jobs, core, name, lambda: newest_checkpoint(example, checkpoints), evict
         )
     status = jobs.get(name)["status"]
-    assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1}), json.dumps(
-        status, indent=1
+    assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1}), (
+        json.dumps(status, indent=1)
     )
     # Rank 0's log: the job's other pods may be gone once it ends (cleanPodPolicy).
     result = result_line(core, namespace, f"{name}-worker-0")
