@@ -95,6 +95,14 @@ def chosen(jobs: Jobs, name: str) -> dict[str, Any]:
     return wait_for(lambda: status_of(jobs, name).get("nccl"), f"status.nccl of {name}")
 
 
+def network_events(core: client.CoreV1Api, namespace: str, name: str) -> list[client.CoreV1Event]:
+    """The job's NetworkChosen Events, once there is one: the operator posts them after the status."""
+    return wait_for(
+        lambda: [e for e in events_of(core, namespace, name) if e.reason == "NetworkChosen"] or None,
+        f"the NetworkChosen Event of {name}",
+    )
+
+
 def test_auto_falls_back_to_tcp_without_the_network_api_with_a_warning_naming_what_is_missing(
     operator: KopfRunner, jobs: Jobs, core: client.CoreV1Api, namespace: str, without_networks: None
 ) -> None:
@@ -103,7 +111,7 @@ def test_auto_falls_back_to_tcp_without_the_network_api_with_a_warning_naming_wh
     pods = jobs.wait_pods("plain", 2)
     assert all("networking.gke.io/interfaces" not in (p.metadata.annotations or {}) for p in pods)
     assert all(not p.spec.init_containers for p in pods)
-    warnings = [e.message for e in events_of(core, namespace, "plain") if e.reason == "NetworkChosen"]
+    warnings = [e.message for e in network_events(core, namespace, "plain")]
     assert (
         len(warnings) == 1
         and "lacks the Network objects (networking.gke.io) vpc1, vpc2, vpc3, vpc4" in warnings[0]
@@ -128,7 +136,7 @@ def test_auto_picks_gpudirect_once_the_networks_exist_and_an_explicit_profile_wa
     pods = jobs.wait_pods("fast", 2)
     assert all([c.name for c in p.spec.init_containers] == ["tcpx-daemon"] for p in pods)
     assert all("devices.gke.io/container.tcpx-daemon" in p.metadata.annotations for p in pods)
-    events = [(e.type, e.reason) for e in events_of(core, namespace, "fast") if e.reason == "NetworkChosen"]
+    events = [(e.type, e.reason) for e in network_events(core, namespace, "fast")]
     assert events == [("Normal", "NetworkChosen")]
 
     mega = pytorch_job("mega", accelerator={"type": "nvidia-h100-mega-80gb", "count": 8},
@@ -160,12 +168,7 @@ def test_auto_falls_back_to_tcp_while_gkes_installers_do_not_run_and_picks_gpudi
     jobs.create(auto_job("bare"))
     reason = chosen(jobs, "bare")["reason"]
     assert chosen(jobs, "bare")["profile"] == "TCP" and "no DaemonSet nccl-tcpx-installer" in reason, reason
-    warnings = wait_for(
-        lambda: (
-            [e.message for e in events_of(core, namespace, "bare") if e.reason == "NetworkChosen"] or None
-        ),
-        "the NetworkChosen Event",
-    )
+    warnings = [e.message for e in network_events(core, namespace, "bare")]
     assert len(warnings) == 1 and "device-injector (the NRI device injector)" in warnings[0], warnings
 
     add_daemonsets("nccl-tcpx-installer")  # the plugin, but no injector yet
@@ -196,10 +199,7 @@ def test_a_tcpxo_daemon_that_does_not_pair_with_the_installed_plugin_is_named_in
     del job["spec"]["nccl"]
     jobs.create(job)
     assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
-    (warning,) = wait_for(
-        lambda: [e for e in events_of(core, namespace, "mega") if e.reason == "NetworkChosen"] or None,
-        "the NetworkChosen Event",
-    )
+    (warning,) = network_events(core, namespace, "mega")
     assert warning.type == "Warning"
     assert "does not pair with the NCCL plugin v1.0.14" in warning.message, warning.message
     assert "pairs with daemon v1.0.20" in warning.message
