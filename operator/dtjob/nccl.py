@@ -537,26 +537,27 @@ def daemon_mismatch(
     if name != NcclProfileName.GPUDIRECT_TCPXO:
         return None
     daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
-    plugins = [i for i in installers.get(TCPXO_INSTALLER, ()) if _repository(i).endswith(TCPXO_PLUGIN_IMAGE)]
-    if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(_tag(plugins[0]))) is None:
+    plugins = [
+        tag
+        for name, tag in map(_name_and_tag, installers.get(TCPXO_INSTALLER, ()))
+        if name == TCPXO_PLUGIN_IMAGE
+    ]
+    if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(plugins[0])) is None:
         return None
-    if _tag(daemon) == paired:
+    if _name_and_tag(daemon)[1] == paired:
         return None
     return (
-        f"the daemon {daemon} does not pair with the NCCL plugin {_tag(plugins[0])} that the cluster's "
+        f"the daemon {daemon} does not pair with the NCCL plugin {plugins[0]} that the cluster's "
         f"{TCPXO_INSTALLER} installs: that plugin pairs with daemon {paired} (GKE's TCPXO release notes); "
         "set spec.nccl.daemonImage, or the chart's nccl.daemonImages.tcpxo, to the daemon of that tag "
         "(docs/gke.md)"
     )
 
 
-def _repository(image: str) -> str:
-    return image.split("@", 1)[0].rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
-
-
-def _tag(image: str) -> str:
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else ""
+def _name_and_tag(image: str) -> tuple[str, str]:
+    """An image reference's last path segment and its tag ("" without one), any digest dropped."""
+    name, _, tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")
+    return name, tag
 
 
 def missing_networks(
