@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from deepspeed.accelerator import get_accelerator
 from dtjob_trainer.environment import TrainerEnvironment
+from dtjob_trainer.process_end import end_process
 from dtjob_trainer.pytorch.distributed import distributed
 from dtjob_trainer.pytorch.rng import seed_everything
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
@@ -53,7 +54,7 @@ def run(argv: Sequence[str]) -> int:
     env = TrainerEnvironment.from_environ()
     seed_everything(args.seed)
     data = load_digits_split()
-    with distributed(env.torch, env.rendezvous_timeout_s) as context:
+    with distributed(env.torch, env.rendezvous_timeout_s, env.termination_message_path) as context:
         without_shared_memory_kernel()
         device = context.device
         model = build_model().to(device)
@@ -111,4 +112,4 @@ def run(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    end_process(run(sys.argv[1:]))

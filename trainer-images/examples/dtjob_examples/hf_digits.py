@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from dtjob_trainer.environment import TrainerEnvironment
 from dtjob_trainer.integrations.huggingface import DtjobProgressCallback
+from dtjob_trainer.process_end import end_process
 from torch import nn
 from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -92,4 +93,4 @@ def run(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    end_process(run(sys.argv[1:]))

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from dtjob_trainer.environment import TrainerEnvironment
+from dtjob_trainer.process_end import end_process
 from dtjob_trainer.pytorch.distributed import distributed
 from dtjob_trainer.pytorch.rng import seed_everything
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
@@ -70,7 +71,7 @@ def run(argv: Sequence[str]) -> int:
     env = TrainerEnvironment.from_environ()
     seed_everything(args.seed)
     data = load_digits_split()
-    with distributed(env.torch, env.rendezvous_timeout_s) as context:
+    with distributed(env.torch, env.rendezvous_timeout_s, env.termination_message_path) as context:
         stages, rank, device = context.world_size, context.rank, context.device
         if stages not in STAGE_STARTS:
             raise SystemExit(f"pp_digits cuts its model into {sorted(STAGE_STARTS)} stages, not {stages}")
@@ -127,4 +128,4 @@ def run(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    end_process(run(sys.argv[1:]))

@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from dtjob_trainer.environment import TrainerEnvironment
+from dtjob_trainer.process_end import end_process
 from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
 from dtjob_trainer.pytorch.rng import seed_everything
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
@@ -191,7 +192,7 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
     env = TrainerEnvironment.from_environ()
     seed_everything(args.seed)
     data = load_digits_split()
-    with distributed(env.torch, env.rendezvous_timeout_s) as context:
+    with distributed(env.torch, env.rendezvous_timeout_s, env.termination_message_path) as context:
         device = context.device
         model = parallelize(build_model().to(device), parallelism, context)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -243,4 +244,4 @@ def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
 
 
 def main(parallelism: Parallelism) -> None:
-    sys.exit(run(parallelism, sys.argv[1:]))
+    end_process(run(parallelism, sys.argv[1:]))

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
 
 import torch
 import torch.distributed as dist
@@ -74,19 +76,32 @@ def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -
 
 
 @contextmanager
-def distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> Iterator[DistributedContext]:
+def distributed(
+    rendezvous: TorchRendezvous, rendezvous_timeout_s: float, crash_log: Path | None = None
+) -> Iterator[DistributedContext]:
     """init_distributed, and destroy the process group on the way out (also on SystemExit).
 
     On a normal exit the ranks first meet at a barrier: a rank that tears its process group down while a
     peer still talks to it can abort in gloo's worker threads ("terminate called without an active
-    exception", SIGABRT) after its work is done. Not on an exception: a lost peer would never arrive."""
-    # A native crash in a collective library (gloo's or NCCL's threads abort the process) prints every
-    # thread's Python stack; the container's termination message keeps the end of the log.
+    exception", SIGABRT) after its work is done. Not on an exception: a lost peer would never arrive.
+
+    A native crash (gloo's or NCCL's threads abort the process, a segfault) writes every thread's Python
+    stack to `crash_log`, the container's termination message file (its kubelet keeps the file's head,
+    where the stacks are; the log's tail would hold Python's list of extension modules instead), or to
+    stderr without one."""
     with contextlib.suppress(AttributeError, ValueError, OSError):  # a stderr with no file descriptor
-        faulthandler.enable(sys.stderr, all_threads=True)
+        faulthandler.enable(_crash_stream(crash_log), all_threads=True)
     context = init_distributed(rendezvous, rendezvous_timeout_s)
     try:
         yield context
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _crash_stream(crash_log: Path | None) -> TextIO:
+    if crash_log is not None and crash_log.parent.is_dir():
+        with contextlib.suppress(OSError):
+            # Kept open for the process's life: faulthandler writes to its descriptor when it crashes.
+            return crash_log.open("a")
+    return sys.stderr

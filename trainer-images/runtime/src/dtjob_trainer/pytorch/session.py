@@ -2,7 +2,7 @@
 
 Usage, on every rank:
 
-    with distributed(env.torch, env.rendezvous_timeout_s) as context:
+    with distributed(env.torch, env.rendezvous_timeout_s, env.termination_message_path) as context:
         state = TrainingState(model, optimizer, scheduler)
         with open_session(env, context, state, checkpoint_every_steps=50) as session:
             session.resume()
