@@ -170,7 +170,7 @@ def render_gpu_nic_claims(gang: Gang) -> dict[str, Any] | None:
     that changes it must also change its name (names.gpu_nic_claims_name)."""
     if gang.spec.accelerator is None or gang.network is None:
         return None
-    device_class = profile_for(gang.network, gang.spec).device_class
+    device_class = profile_for(gang.network, gang.spec, gang.autopilot).device_class
     if device_class is None:
         return None
     request = {"deviceClassName": device_class, "allocationMode": "All"}
@@ -214,7 +214,7 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
     annotations: dict[str, str] = {}
     if gpu_role and spec.accelerator is not None:
         _wire_accelerator(pod_spec, container, spec)
-        network = profile_for(gang.network, spec)
+        network = profile_for(gang.network, spec, gang.autopilot)
         annotations.update(network.annotations)
         _merge_by(pod_spec, "volumes", "name", network.volumes)
         _merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
@@ -304,7 +304,7 @@ def _injected_env(
         ]
     contract += [(name, value) for name, value in vertex if name == "CLUSTER_SPEC"]
     if gpu_role:
-        tunables += nccl_env(spec, gang.network)
+        tunables += nccl_env(spec, gang.network, gang.autopilot)
     injected = [(name, value, False) for name, value in contract] + [
         (name, value, True) for name, value in tunables
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, Framework, NcclProfileName
 
@@ -309,6 +309,62 @@ MANAGED_RDMA: Final = replace(
 RDMA_PROFILES: Final = frozenset({NcclProfileName.RDMA, NcclProfileName.MANAGED_RDMA})
 
 
+# GKE Autopilot runs the same recipes with a few changes (container-engine-accelerators'
+# gpudirect-tcpx/nccl-test-latest-autopilot.yaml at 123606f3, gpudirect-tcpxo/nccl-test-latest-autopilot.yaml
+# at 992db812, gpudirect-rdma/nccl-test-autopilot.yaml and nccl-test-a4-autopilot.yaml at 155bfa49, read
+# 2026-11-26; tests/data/gke_recipes/autopilot.yaml): GKE mounts the driver's directory (where the
+# installers put the plugin) into GPU containers itself, so the trainer mounts no host libraries and the
+# daemons set no LD_LIBRARY_PATH; TCPX's daemon requests its resources and shares its socket through an
+# emptyDir; TCPXO's trainer gets no LLCM directory variable; RDMA keeps gvnic-1 on eth1 and mounts the
+# host's directories read-only. No Autopilot recipe is published for A4X or managed DRANET.
+AUTOPILOT_NAMESPACES: Final = frozenset({"gpudirect-system", "rdma-system"})
+
+
+def _autopilot_daemon(sidecar: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    env = [e for e in sidecar["env"] if e["name"] != "LD_LIBRARY_PATH"]
+    return {**sidecar, "env": env, **extra}
+
+
+AUTOPILOT_PROFILES: Final = {
+    NcclProfileName.GPUDIRECT_TCPX: replace(
+        GPUDIRECT_TCPX,
+        volumes=(_NVIDIA_LIBS, _SYS, _PROC_SYS, {"name": "dtj-tcpx-socket", "emptyDir": {}}),
+        trainer_mounts=(_TCPX_SOCKET_MOUNT,),
+        sidecars=(
+            _autopilot_daemon(
+                GPUDIRECT_TCPX.sidecars[0],
+                resources={"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "10Gi"}},
+            ),
+        ),
+    ),
+    NcclProfileName.GPUDIRECT_TCPXO: replace(
+        GPUDIRECT_TCPXO,
+        env=tuple((k, v) for k, v in GPUDIRECT_TCPXO.env if k != "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"),
+        trainer_mounts=tuple(m for m in GPUDIRECT_TCPXO.trainer_mounts if m != _NVIDIA_LIBS_MOUNT),
+        sidecars=(_autopilot_daemon(GPUDIRECT_TCPXO.sidecars[0]),),
+    ),
+    NcclProfileName.RDMA: replace(
+        RDMA,
+        annotations=_interfaces(["gvnic-1", *(f"rdma-{i}" for i in range(8))]),
+        trainer_mounts=tuple({**m, "readOnly": True} for m in RDMA.trainer_mounts),
+    ),
+}
+
+
+class Installer(NamedTuple):
+    """A GPUDirect prerequisite DaemonSet the cluster runs: where, and its pod template's images (an
+    installer's say its plugin version)."""
+
+    namespace: str
+    images: tuple[str, ...]
+
+
+def on_autopilot(installers: Mapping[str, Installer] | None) -> bool:
+    """Whether the cluster's GPUDirect installers run where GKE's Autopilot manifests put them (Standard
+    clusters run them in kube-system)."""
+    return any(i.namespace in AUTOPILOT_NAMESPACES for i in (installers or {}).values())
+
+
 @dataclass(frozen=True)
 class Machine:
     """A GKE GPU machine family, by the accelerator type its nodes are labelled with."""
@@ -415,10 +471,15 @@ TCPXO_DAEMON_FOR_PLUGIN: Final = {
 DAEMON_SIDECARS: Final = frozenset(str(s["name"]) for p in PROFILES.values() for s in p.sidecars)
 
 
-def profile_for(name: NcclProfileName, spec: DistributedTrainingJobSpec) -> NetworkProfile:
-    """The profile as the job's machines need it: RDMA attaches as many NICs as the machine has."""
+def profile_for(
+    name: NcclProfileName, spec: DistributedTrainingJobSpec, autopilot: bool = False
+) -> NetworkProfile:
+    """The profile as the job's machines need it: RDMA attaches as many NICs as the machine has; on
+    Autopilot, the shape of its recipes (for the machines they are published for: 8 GPU NICs)."""
     profile = PROFILES[name]
     machine = machine_of(spec)
+    if autopilot and name in AUTOPILOT_PROFILES and (machine is None or machine.rdma_nics == 8):
+        return AUTOPILOT_PROFILES[name]
     if name == NcclProfileName.RDMA and machine is not None and machine.rdma_nics != 8:
         return replace(
             profile, annotations=_interfaces([f"rdma-{i}" for i in range(machine.rdma_nics)], first=2)
@@ -444,6 +505,18 @@ class NetworkChoice:
     """A Warning Event says so: TCP although the machines have a GPUDirect network, only for want of the
     cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPXO daemon that
     does not pair with the cluster's plugin."""
+    autopilot: bool = False
+    """The pods take the shape of GKE's Autopilot recipes (AUTOPILOT_PROFILES)."""
+
+
+def _in_cluster_shape(
+    choice: NetworkChoice, spec: DistributedTrainingJobSpec, autopilot: bool
+) -> NetworkChoice:
+    """The choice on an Autopilot cluster, for a profile that has an Autopilot shape there: said."""
+    if not autopilot or profile_for(choice.profile, spec, True) == profile_for(choice.profile, spec):
+        return choice
+    reason = f"{choice.reason}; in Autopilot's shape (its GPUDirect installers run in {', '.join(sorted(AUTOPILOT_NAMESPACES))})"
+    return replace(choice, reason=reason, autopilot=True)
 
 
 def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
@@ -468,6 +541,7 @@ def choose(
     cluster_networks: frozenset[str],
     daemonsets: frozenset[str] | None = None,
     device_classes: frozenset[str] = frozenset(),
+    autopilot: bool = False,
 ) -> NetworkChoice:
     """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all of its
     GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), the Network objects its
@@ -475,10 +549,11 @@ def choose(
     cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`), and its PREREQUISITES
     running (`daemonsets`: those the cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be
     read: not judged). Anything else is TCP, with the reason. An explicit profile is taken as it is
-    (`missing_networks` and `missing_device_class` tell whether it can start)."""
+    (`missing_networks` and `missing_device_class` tell whether it can start). `autopilot`: the cluster
+    runs Autopilot's installers (on_autopilot), whose pods attach one more Network on RDMA machines."""
     wanted = candidate(spec)
     if spec.nccl.profile != NcclProfileName.AUTO:
-        return NetworkChoice(wanted, f"spec.nccl.profile is {wanted}")
+        return _in_cluster_shape(NetworkChoice(wanted, f"spec.nccl.profile is {wanted}"), spec, autopilot)
     accelerator = spec.accelerator
     if accelerator is None:
         return NetworkChoice(NcclProfileName.TCP, "no accelerator: no GPU network to set up")
@@ -496,7 +571,7 @@ def choose(
         return NetworkChoice(
             NcclProfileName.TCP, f"{fallback}: {pods} GPU pod, whose GPUs talk over NVLink without a network"
         )
-    missing = missing_networks(spec, wanted, cluster_networks)
+    missing = missing_networks(spec, wanted, cluster_networks, autopilot)
     if missing and wanted == NcclProfileName.RDMA and MANAGED_RDMA_DEVICE_CLASS in device_classes:
         wanted, missing = NcclProfileName.MANAGED_RDMA, ()
     if missing:
@@ -519,29 +594,29 @@ def choose(
             "which GKE's GPUDirect guides install (see docs/gke.md)",
             degraded=True,
         )
-    profile = profile_for(wanted, spec)
+    profile = profile_for(wanted, spec, autopilot)
     nics = (
         f"their NICs claimed from GKE's managed DRANET (DeviceClass {profile.device_class})"
         if profile.device_class is not None
         else f"Networks {profile.networks[0]}..{profile.networks[-1]} present"
     )
-    return NetworkChoice(wanted, f"{pods} pods of {gpus} {accelerator.type} GPUs, {nics}")
+    return _in_cluster_shape(
+        NetworkChoice(wanted, f"{pods} pods of {gpus} {accelerator.type} GPUs, {nics}"), spec, autopilot
+    )
 
 
 def daemon_mismatch(
-    name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, tuple[str, ...]]
+    name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, Installer]
 ) -> str | None:
     """Why the TCPXO daemon the pods get does not pair with the NCCL plugin the cluster's installer
-    DaemonSet installs (`installers`: DaemonSet name -> its pod template's images); None when it pairs,
-    or when the installer, its plugin version or the pairing is unknown."""
+    DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the installer, its
+    plugin version or the pairing is unknown."""
     if name != NcclProfileName.GPUDIRECT_TCPXO:
         return None
     daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
-    plugins = [
-        tag
-        for name, tag in map(_name_and_tag, installers.get(TCPXO_INSTALLER, ()))
-        if name == TCPXO_PLUGIN_IMAGE
-    ]
+    installer = installers.get(TCPXO_INSTALLER)
+    images = installer.images if installer is not None else ()
+    plugins = [tag for name, tag in map(_name_and_tag, images) if name == TCPXO_PLUGIN_IMAGE]
     if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(plugins[0])) is None:
         return None
     if _name_and_tag(daemon)[1] == paired:
@@ -561,9 +636,12 @@ def _name_and_tag(image: str) -> tuple[str, str]:
 
 
 def missing_networks(
-    spec: DistributedTrainingJobSpec, name: NcclProfileName, cluster_networks: frozenset[str]
+    spec: DistributedTrainingJobSpec,
+    name: NcclProfileName,
+    cluster_networks: frozenset[str],
+    autopilot: bool = False,
 ) -> tuple[str, ...]:
-    return tuple(n for n in profile_for(name, spec).networks if n not in cluster_networks)
+    return tuple(n for n in profile_for(name, spec, autopilot).networks if n not in cluster_networks)
 
 
 def missing_device_class(name: NcclProfileName, device_classes: frozenset[str]) -> str | None:
@@ -572,10 +650,10 @@ def missing_device_class(name: NcclProfileName, device_classes: frozenset[str]) 
     return wanted if wanted is not None and wanted not in device_classes else None
 
 
-def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName) -> Env:
+def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName, autopilot: bool = False) -> Env:
     """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
     GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
-    env = dict(PROFILES[name].env)
+    env = dict(profile_for(name, spec, autopilot).env)
     machine = machine_of(spec)
     if name in RDMA_PROFILES and machine is not None and machine.tuner_config is not None:
         env.update(GIB_TUNING)

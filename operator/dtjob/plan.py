@@ -52,12 +52,14 @@ from dtjob.frameworks import Gang, Member
 from dtjob.names import JobRef
 from dtjob.nccl import (
     NETWORK_GROUP,
+    Installer,
     NetworkChoice,
     choose,
     daemon_mismatch,
     missing_device_class,
     missing_networks,
     needs_networks,
+    on_autopilot,
 )
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
 from dtjob.policy import Action, Decision, Reason, decide
@@ -160,7 +162,7 @@ def reconcile(
     networks: frozenset[str] | None = None,
     daemonsets: frozenset[str] | None = None,
     device_classes: frozenset[str] | None = None,
-    installers: Mapping[str, tuple[str, ...]] | None = None,
+    installers: Mapping[str, Installer] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -174,7 +176,7 @@ def reconcile(
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
     objects, when a Plan asked for them (read_networks); `daemonsets`: the GPUDirect prerequisites the
     cluster runs, read with them (None: unknown, not judged); `device_classes`: the names of the cluster's
-    DRA DeviceClasses, and `installers` the images of those DaemonSets, read with them. `daemon_images`: the operator's GPUDirect daemon
+    DRA DeviceClasses, and `installers` those DaemonSets (where, their images), read with them. `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
@@ -197,12 +199,15 @@ def reconcile(
         if networks is None and needs_networks(spec):
             return Plan(read_networks=True)
         classes = device_classes or frozenset()
-        chosen = choose(spec, networks or frozenset(), daemonsets, classes)
+        chosen = choose(spec, networks or frozenset(), daemonsets, classes, on_autopilot(installers))
         if (missing := _networks_missing(spec, chosen, networks or frozenset(), classes)) is not None:
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     network = chosen.profile if chosen else recorded.profile if recorded and _chooses_network(spec) else None
-    gang = Gang.of(ref, spec, old.attempt, network, daemon_images, progress_url, tuple(old.avoided_nodes))
+    autopilot = chosen.autopilot if chosen else bool(recorded and recorded.autopilot)
+    gang = Gang.of(
+        ref, spec, old.attempt, network, daemon_images, progress_url, tuple(old.avoided_nodes), autopilot
+    )
     if chosen is not None and (
         mismatch := daemon_mismatch(chosen.profile, gang.daemon_image, installers or {})
     ):
@@ -230,7 +235,12 @@ def reconcile(
     )
     events = transition_events(old, new)
     if chosen is not None:
-        record = NcclChoice(attempt=old.attempt, profile=chosen.profile, reason=chosen.reason)
+        record = NcclChoice(
+            attempt=old.attempt,
+            profile=chosen.profile,
+            reason=chosen.reason,
+            autopilot=chosen.autopilot or None,
+        )
         new = new.model_copy(update={"nccl": record})
         events.append(_network_event(old.attempt, chosen))
     deletes = _deletes(decision, gang.attempt, observed, old, spec)
@@ -276,7 +286,7 @@ def _networks_missing(
             f"(docs/gke.md; this job looks again every {RECHECK_SECONDS:.0f}s). Use profile RDMA with "
             "the rdma-N Network objects, or Auto"
         )
-    missing = missing_networks(spec, chosen.profile, networks)
+    missing = missing_networks(spec, chosen.profile, networks, chosen.autopilot)
     if not missing:
         return None
     return (

@@ -14,6 +14,7 @@ from typing import Final, Literal
 from dtjob.api import (
     Condition,
     ConditionType,
+    DistributedTrainingJobSpec,
     ElasticStatus,
     JobStatus,
     LastRestart,
@@ -26,6 +27,7 @@ from dtjob.api import (
     timestamp,
 )
 from dtjob.api.semantics import checkpoint_warnings
+from dtjob.desired import PLACEMENT_GROUP_NODE_LABEL
 from dtjob.frameworks import Gang
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
 from dtjob.policy import Action, Decision, Reason
@@ -208,7 +210,7 @@ def next_status(
     ):
         # A suspended job's pods are going: none of them waits for a node any more.
         live = () if action == Action.SUSPEND else current
-        _set_schedulability(conditions, live, gang.spec.run_policy.scheduling_timeout_seconds)
+        _set_schedulability(conditions, live, gang.spec)
 
     if not old.finished and action not in FINISHING:
         # A restart's new attempt is not judged yet: the slow ranks were the ended attempt's.
@@ -343,18 +345,32 @@ def _slow_said(rank: SlowRank, node: str) -> str:
     )
 
 
+# How kube-scheduler's NodeAffinity plugin says that no node has the labels a pod selects.
+NODE_SELECTOR_MISMATCH: Final = "didn't match Pod's node affinity/selector"
+
+
 def _set_schedulability(
-    conditions: _Conditions, current: tuple[PodView, ...], timeout_seconds: int | None
+    conditions: _Conditions, current: tuple[PodView, ...], spec: DistributedTrainingJobSpec
 ) -> None:
-    """Unschedulable while a live pod waits for a place, with the scheduler's own message; left as it
-    was when the job finishes, so a SchedulingTimeout failure keeps the scheduler's word beside it."""
+    """Unschedulable while a live pod waits for a place, with the scheduler's own message (and where the
+    pods' compact placement group may be why, what GKE offers); left as it was when the job finishes, so
+    a SchedulingTimeout failure keeps the scheduler's word beside it."""
     waiting = [p for p in current if p.unschedulable and not p.terminating]
     if not waiting:
         conditions.set(ConditionType.UNSCHEDULABLE, "False", "Scheduled", "no pod is waiting for a node")
         return
+    timeout_seconds = spec.run_policy.scheduling_timeout_seconds
     then = f"; the job fails after schedulingTimeoutSeconds ({timeout_seconds}s)" if timeout_seconds else ""
     names = ", ".join(p.name for p in waiting)
     message = f"{len(waiting)} pod(s) cannot be scheduled ({names}){then}: {waiting[0].message}"
+    group = spec.accelerator.placement_group if spec.accelerator else None
+    if group and NODE_SELECTOR_MISMATCH in waiting[0].message:
+        message += (
+            f". The pods select {PLACEMENT_GROUP_NODE_LABEL}={group} (accelerator.placementGroup): on "
+            "Autopilot GKE offers compact placement only for some GPUs (its page has named A100, L4 and "
+            "H100); on Standard only the nodes of a node pool created with --placement-type=COMPACT carry "
+            "that label, so select such a pool in the template instead (docs/gke.md#compact-placement)"
+        )
     conditions.set(ConditionType.UNSCHEDULABLE, "True", "PodUnschedulable", message)
 
 

@@ -5,6 +5,7 @@ profile without its Networks is Invalid until they exist. The Network CRD is a s
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -69,23 +70,34 @@ def _created(objects: client.CustomObjectsApi, body: dict[str, Any]) -> bool | N
 
 @pytest.fixture
 def add_daemonsets(api_client: client.ApiClient) -> Iterator[Callable[..., None]]:
-    """Create DaemonSets in kube-system by name, as GKE's GPUDirect guides install them (their pods match no
-    node here: only their presence counts), and delete them afterwards."""
-    apps, made = client.AppsV1Api(api_client), []
+    """Create DaemonSets by name, in kube-system as GKE's GPUDirect guides install them on Standard clusters
+    (or the namespace given: Autopilot's), their pods matching no node here (only their presence counts),
+    and delete them and the namespaces made for them afterwards."""
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    made: list[tuple[str, str]] = []
+    namespaces: list[str] = []
 
-    def add(*names: str, image: str = "pause") -> None:
+    def add(*names: str, image: str = "pause", namespace: str = "kube-system") -> None:
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+            namespaces.append(namespace)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
         for name in names:
             labels = {"k8s-app": name}
             body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
                     "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
                              "spec": {"nodeSelector": {"dtjob.test/no-such-node": "true"},
                                       "containers": [{"name": "pause", "image": image}]}}}}  # fmt: skip
-            apps.create_namespaced_daemon_set("kube-system", body)
-            made.append(name)
+            apps.create_namespaced_daemon_set(namespace, body)
+            made.append((name, namespace))
 
     yield add
-    for name in made:
-        apps.delete_namespaced_daemon_set(name, "kube-system")
+    for name, namespace in made:
+        apps.delete_namespaced_daemon_set(name, namespace)
+    for namespace in namespaces:
+        core.delete_namespace(namespace)
 
 
 TCPX_DAEMONSETS = ("nccl-tcpx-installer", "device-injector")
@@ -203,6 +215,40 @@ def test_a_tcpxo_daemon_that_does_not_pair_with_the_installed_plugin_is_named_in
     assert warning.type == "Warning"
     assert "does not pair with the NCCL plugin v1.0.14" in warning.message, warning.message
     assert "pairs with daemon v1.0.20" in warning.message
+
+
+def test_on_autopilot_the_pods_take_the_shape_of_its_rdma_recipe(
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    add_networks: Callable[..., None],
+    add_daemonsets: Callable[..., None],
+) -> None:
+    """The RDMA installer in rdma-system, where GKE's Autopilot manifest puts it: the pods keep gvnic-1 on
+    eth1 and mount the host's NVIDIA and gIB directories read-only (tests/data/gke_recipes/autopilot.yaml)."""
+    add_networks("gvnic-1", *(f"rdma-{i}" for i in range(8)))
+    add_daemonsets("nccl-rdma-installer", namespace="rdma-system")
+    job = pytorch_job("ultra", accelerator={"type": "nvidia-b200", "count": 8})
+    del job["spec"]["nccl"]
+    jobs.create(job)
+    nccl = chosen(jobs, "ultra")
+    assert (nccl["profile"], nccl.get("autopilot")) == ("RDMA", True), nccl
+    assert "in Autopilot's shape" in nccl["reason"]
+    pod = wait_for(lambda: _pod(core, namespace, "ultra-worker-0"), "pod ultra-worker-0")
+    interfaces = json.loads(pod.metadata.annotations["networking.gke.io/interfaces"])
+    assert interfaces[1] == {"interfaceName": "eth1", "network": "gvnic-1"} and len(interfaces) == 10
+    mounts = {m.mount_path: m.read_only for m in pod.spec.containers[0].volume_mounts}
+    assert mounts["/usr/local/nvidia"] is True and mounts["/usr/local/gib"] is True
+
+
+def _pod(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | None:
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 @pytest.mark.parametrize("example", sorted((REPO / "examples" / "gke").glob("*.yaml")), ids=lambda p: p.stem)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dtjob.api import NcclProfileName
-from dtjob.nccl import daemon_mismatch
+from dtjob.nccl import Installer, daemon_mismatch
 from dtjob.plan import Event, reconcile
 from tests.unit.builders import GKE_NETWORKS, NOW, manifest
 
@@ -19,7 +19,7 @@ MEGA = {"type": "nvidia-h100-mega-80gb", "count": 8}
 RUNNING = frozenset({"nccl-tcpxo-installer", "device-injector"})
 
 
-def installer(plugin: str) -> dict[str, tuple[str, ...]]:
+def installer(plugin: str) -> dict[str, Installer]:
     """The DaemonSet as container-engine-accelerators' manifest has it: an ubuntu pre-installation step,
     the plugin's installer, a pause container."""
     images = (
@@ -28,8 +28,8 @@ def installer(plugin: str) -> dict[str, tuple[str, ...]]:
         "gke.gcr.io/pause:3.8@sha256:880e63f9",
     )
     return {
-        "nccl-tcpxo-installer": images,
-        "device-injector": ("registry.k8s.io/nri-device-injector:v0.0.1",),
+        "nccl-tcpxo-installer": Installer("kube-system", images),
+        "device-injector": Installer("kube-system", ("registry.k8s.io/nri-device-injector:v0.0.1",)),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -159,6 +160,29 @@ def test_an_unschedulable_pod_shows_the_schedulers_message_until_every_pod_is_pl
     assert {c["type"]: (c["status"], c["reason"]) for c in placed.status["conditions"]}["Unschedulable"] == (
         "False", "Scheduled",
     )  # fmt: skip
+
+
+def test_a_pod_no_node_of_its_placement_group_can_take_says_what_gke_offers() -> None:
+    """The selector names a compact placement group no node carries: the condition says where GKE offers
+    one; a pod short of GPUs is not told about placement."""
+    accelerator = {"type": "nvidia-l4", "count": 1, "placementGroup": "pg-1"}
+    job = status_after(manifest(("Worker", 2), accelerator=accelerator), [], 0)
+    pods = pods_of(job)
+    no_group = copy.deepcopy(pending(pods["mnist-worker-0"], unschedulable=True))
+    no_group["status"]["conditions"][0]["message"] = (
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
+    plan = reconcile(job, [no_group, pending(pods["mnist-worker-1"])], NOW + timedelta(seconds=5))
+    assert plan.status is not None
+    message = next(c for c in plan.status["conditions"] if c["type"] == "Unschedulable")["message"]
+    assert "cloud.google.com/gke-placement-group=pg-1 (accelerator.placementGroup)" in message
+    assert "--placement-type=COMPACT" in message and message.endswith("(docs/gke.md#compact-placement)")
+    short = reconcile(
+        job, [pending(p, unschedulable=True) for p in pods.values()], NOW + timedelta(seconds=5)
+    )
+    assert short.status is not None
+    message = next(c for c in short.status["conditions"] if c["type"] == "Unschedulable")["message"]
+    assert "placement" not in message
 
 
 def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> None:

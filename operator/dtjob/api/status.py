@@ -164,6 +164,9 @@ class NcclChoice(StatusModel):
     attempt: int
     profile: NcclProfileName
     reason: str = ""
+    autopilot: bool | None = None
+    """True when the pods take the shape of GKE's Autopilot recipes (the cluster's GPUDirect installers
+    run in Autopilot's namespaces; docs/gke.md)."""
 
 
 class Progress(StatusModel):

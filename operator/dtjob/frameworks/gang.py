@@ -36,6 +36,8 @@ class Gang:
     """Where the pods report their training progress (the operator's intake), None when nowhere."""
     avoided_nodes: tuple[str, ...] = ()
     """Nodes the pods are kept off (status.avoidedNodes: slow ranks' nodes)."""
+    autopilot: bool = False
+    """The GPU pods take the shape of GKE's Autopilot recipes (nccl.profile_for)."""
 
     @classmethod
     def of(
@@ -47,6 +49,7 @@ class Gang:
         daemon_images: Mapping[NcclProfileName, str] | None = None,
         progress_url: str | None = None,
         avoided_nodes: tuple[str, ...] = (),
+        autopilot: bool = False,
     ) -> Gang:
         """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
         cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
@@ -74,6 +77,7 @@ class Gang:
             daemon_image=daemon_image,
             progress_url=progress_url,
             avoided_nodes=avoided_nodes,
+            autopilot=autopilot,
         )
 
     @property

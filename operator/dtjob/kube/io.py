@@ -37,6 +37,7 @@ from dtjob.nccl import (
     NETWORK_VERSION,
     PREREQUISITE_DAEMONSETS,
     PREREQUISITE_NAMESPACES,
+    Installer,
 )
 from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
@@ -194,12 +195,12 @@ def read_networks() -> frozenset[str]:
     return frozenset(item["metadata"]["name"] for item in listed.get("items") or [])
 
 
-def read_gpudirect_daemonsets() -> dict[str, tuple[str, ...]] | None:
+def read_gpudirect_daemonsets() -> dict[str, Installer] | None:
     """The DaemonSets GPUDirect needs (nccl.PREREQUISITES) that the cluster runs, in the namespaces GKE's
-    manifests put them, each with its pod template's images (an installer's says its plugin version); None
-    when the operator may not list DaemonSets (a chart from before this check): then Auto does not judge
-    them."""
-    found: dict[str, tuple[str, ...]] = {}
+    manifests put them (which say Standard or Autopilot), each with its pod template's images (an
+    installer's say its plugin version); None when the operator may not list DaemonSets (a chart from
+    before this check): then Auto does not judge them."""
+    found: dict[str, Installer] = {}
     for namespace in PREREQUISITE_NAMESPACES:
         _take(write=False)
         try:
@@ -215,7 +216,7 @@ def read_gpudirect_daemonsets() -> dict[str, tuple[str, ...]] | None:
             if (name := item["metadata"]["name"]) in PREREQUISITE_DAEMONSETS:
                 pod = ((item.get("spec") or {}).get("template") or {}).get("spec") or {}
                 containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
-                found[name] = tuple(str(c.get("image", "")) for c in containers)
+                found[name] = Installer(namespace, tuple(str(c.get("image", "")) for c in containers))
     return found
 
 
