@@ -1,0 +1,55 @@
+"""Golden test: every GKE GPU machine family, as Google's sources describe it (tests/data/gke_recipes/
+machines.yaml), is one dtjob knows: which network Auto gives it and how many GPUs make a whole machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dtjob.api import DistributedTrainingJobSpec
+from dtjob.nccl import MACHINES, choose
+from tests.unit.builders import manifest
+
+FAMILIES: dict[str, Any] = yaml.safe_load(
+    (Path(__file__).parents[1] / "data" / "gke_recipes" / "machines.yaml").read_text()
+)["families"]
+PROFILE_OF_NETWORK = {
+    "GPUDirect-TCPX": "GPUDirectTCPX",
+    "GPUDirect-TCPXO": "GPUDirectTCPXO",
+    "GPUDirect RDMA": "RDMA",
+}
+
+
+def machine_types(family: str) -> list[dict[str, Any]]:
+    return list(FAMILIES[family]["machine_types"].values())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_gets_its_gpu_network_on_its_whole_machine_and_tcp_elsewhere(family: str) -> None:
+    network = FAMILIES[family]["network"]
+    whole = max(m["gpus"] for m in machine_types(family))
+    for machine_type in machine_types(family):
+        accelerator = machine_type["accelerator"]
+        if network is None:
+            assert accelerator not in MACHINES, f"{family} has no GPU-to-GPU network, {accelerator}"
+        else:
+            known = MACHINES[accelerator]
+            assert (known.profile, known.gpus) == (PROFILE_OF_NETWORK[network], whole), family
+        spec = DistributedTrainingJobSpec.model_validate(
+            manifest(("Worker", 2), accelerator={"type": accelerator, "count": machine_type["gpus"]})["spec"]
+        )
+        chosen = choose(spec, frozenset())  # no Networks: a GPUDirect machine falls back, saying why
+        assert chosen.profile == "TCP", family
+        if network is None:
+            assert chosen.reason == f"{accelerator} machines have no GPUDirect network"
+            assert not chosen.degraded
+        else:
+            assert chosen.reason.startswith(f"TCP instead of {PROFILE_OF_NETWORK[network]} on {accelerator}")
+
+
+def test_every_machine_dtjob_knows_is_in_googles_table() -> None:
+    listed = {m["accelerator"] for family in FAMILIES for m in machine_types(family)}
+    assert set(MACHINES) <= listed
