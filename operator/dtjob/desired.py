@@ -7,7 +7,9 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 - Labels: the template's, then the operator's (training.dtjob.io/job-name, job-uid, role, replica-index,
   rank: the position in the gang, attempt) which win.
   Annotations: the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
-  CSI volume (the checkpoint's or the template's), then the template's, which win.
+  CSI volume (the checkpoint's or the template's) and with it no limit on the FUSE sidecar's CPU, memory
+  and ephemeral storage (`gke-gcsfuse/*-limit: "0"`) unless the template sizes the sidecar itself or the
+  pods take Autopilot's shape, then the template's, which win.
 - The container named "trainer", else the first one, receives env, ports, mounts and GPU resources,
   and terminationMessagePolicy FallbackToLogsOnError unless the template sets one: a trainer that
   crashes without writing a termination message gets its last log lines there instead, and restart
@@ -42,6 +44,7 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -78,6 +81,14 @@ PLACEMENT_GROUP_NODE_LABEL: Final = "cloud.google.com/gke-placement-group"
 # Cloud Storage FUSE: GKE injects its sidecar into a pod only with this annotation (docs/gke.md).
 GCSFUSE_DRIVER: Final = "gcsfuse.csi.storage.gke.io"
 GCSFUSE_ANNOTATION: Final = "gke-gcsfuse/volumes"
+# The sidecar's default limits (250m CPU, 256Mi memory, 5Gi ephemeral storage in the driver's webhook) throttle
+# a gang's checkpoint writes and reads; "0" leaves each unlimited, as Google's GPU training recipes set
+# them ("if limited the gcsfuse read performance decreases drastically"; tests/data/gke_recipes/gcsfuse.yaml).
+# Autopilot does not accept "0" there (the driver's troubleshooting guide): its pods keep the defaults.
+GCSFUSE_SIDECAR_UNLIMITED: Final = {
+    f"gke-gcsfuse/{resource}-limit": "0" for resource in ("cpu", "memory", "ephemeral-storage")
+}
+GCSFUSE_SIDECAR_RESOURCES: Final = re.compile(r"^gke-gcsfuse/(.+)-(limit|request)$")
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 SPOT_TOLERATION: Final = {
     "key": SPOT_NODE_LABEL,
@@ -229,9 +240,13 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
 
     if gang.avoided_nodes:
         _avoid_nodes(pod_spec, gang.avoided_nodes)
+    template_annotations = template_meta.get("annotations") or {}
     if any((v.get("csi") or {}).get("driver") == GCSFUSE_DRIVER for v in pod_spec.get("volumes") or []):
         annotations[GCSFUSE_ANNOTATION] = "true"
-    annotations.update(template_meta.get("annotations") or {})
+    annotations.update(template_annotations)
+    sized = any(map(GCSFUSE_SIDECAR_RESOURCES.match, template_annotations))
+    if annotations.get(GCSFUSE_ANNOTATION) == "true" and not sized and not gang.autopilot:
+        annotations.update(GCSFUSE_SIDECAR_UNLIMITED)
     labels = {
         **(template_meta.get("labels") or {}),
         **pod_labels(gang.job, member.role, member.index, member.rank, gang.attempt),

@@ -545,9 +545,40 @@ def test_a_gcs_fuse_volume_in_the_template_counts_and_the_templates_annotation_w
     template_ = template(container(), volumes=[{"name": "data", **GCSFUSE}])
     template_["metadata"] = {"annotations": {"gke-gcsfuse/volumes": "false"}}
     assert pods(manifest({"role": "Worker", "count": 1, "template": template(container(), volumes=[{"name": "data", **GCSFUSE}])}))[
-        "mnist-worker-0"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}  # fmt: skip
+        "mnist-worker-0"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true", **UNLIMITED_FUSE}  # fmt: skip
     kept = pods(manifest({"role": "Worker", "count": 1, "template": template_}))["mnist-worker-0"]
     assert kept["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "false"}
+
+
+UNLIMITED_FUSE = {f"gke-gcsfuse/{r}-limit": "0" for r in ("cpu", "memory", "ephemeral-storage")}
+
+
+@pytest.mark.parametrize(
+    ("template_annotations", "autopilot", "expected"),
+    [
+        pytest.param({}, False, UNLIMITED_FUSE, id="unlimited by default"),
+        pytest.param(
+            {"gke-gcsfuse/memory-request": "4Gi"},
+            False,
+            {"gke-gcsfuse/memory-request": "4Gi"},
+            id="a template that sizes the sidecar sizes all of it",
+        ),
+        pytest.param({}, True, {}, id="Autopilot refuses 0: its defaults stay"),
+    ],
+)
+def test_the_fuse_sidecar_is_unlimited_unless_the_template_sizes_it_or_on_autopilot(
+    template_annotations: dict[str, str], autopilot: bool, expected: dict[str, str]
+) -> None:
+    job = manifest(("Worker", 2), accelerator={"type": "nvidia-h200-141gb", "count": 8}, nccl={"profile": "RDMA"},
+                   checkpoint={"volume": GCSFUSE})  # fmt: skip
+    job["spec"]["replicas"][0]["template"]["metadata"] = {"annotations": template_annotations}
+    spec = DistributedTrainingJobSpec.model_validate(job["spec"])
+    gang = Gang.of(JobRef.of(job), spec, 1, autopilot=autopilot)
+    annotations = render_pod(gang, gang.members[0])["metadata"]["annotations"]
+    assert {
+        k: v for k, v in annotations.items() if k.startswith("gke-gcsfuse/") and k != "gke-gcsfuse/volumes"
+    } == expected
+    assert annotations["gke-gcsfuse/volumes"] == "true"
 
 
 def test_the_daemon_image_comes_from_the_job_else_the_operator_else_the_profile() -> None:

@@ -14,6 +14,11 @@ from dtjob.plan import reconcile
 from tests.unit.builders import GKE_NETWORKS, NOW, UID
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))
+GCSFUSE = yaml.safe_load((Path(__file__).parents[1] / "data" / "gke_recipes" / "gcsfuse.yaml").read_text())
+# Where the examples' checkpoint mount options depart from Google's checkpointing list: the trainer runtime
+# replaces its `latest` pointer in place, so a stat cached for ever (-1) could show a pod that outlives a
+# save (an elastic survivor) an older checkpoint, perhaps one already pruned (docs/gke.md).
+MOUNT_OPTION_DEPARTURES = {"metadata-cache:ttl-secs:-1": "metadata-cache:ttl-secs:0"}
 
 
 def stored(path: Path) -> dict[str, Any]:
@@ -33,6 +38,10 @@ def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its
     assert len(plan.create) == job["spec"]["replicas"][0]["count"]
     for pod in plan.create:
         assert pod["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+        sidecar = {
+            k: v for k, v in pod["metadata"]["annotations"].items() if k.endswith(("-limit", "-request"))
+        }
+        assert sidecar == GCSFUSE["sidecar"]["training_recipes_limits"]
         assert "networking.gke.io/interfaces" in pod["metadata"]["annotations"]
         selector = {"cloud.google.com/gke-accelerator": accelerator["type"]}
         if "placementGroup" in accelerator:
@@ -80,3 +89,10 @@ def test_the_a4x_example_claims_its_nics_on_a_cluster_with_managed_dranet_beside
         claims = pod["spec"]["containers"][0]["resources"]["claims"]
         assert claims == [{"name": "compute-domain-channel"}, {"name": "dtj-gpu-nics"}]
         assert "networking.gke.io/interfaces" not in pod["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_the_examples_checkpoint_bucket_is_mounted_with_googles_checkpointing_options(example: Path) -> None:
+    attributes = stored(example)["spec"]["checkpoint"]["volume"]["csi"]["volumeAttributes"]
+    expected = [MOUNT_OPTION_DEPARTURES.get(o, o) for o in GCSFUSE["checkpointing_mount_options"]]
+    assert attributes["mountOptions"].split(",") == expected
