@@ -273,13 +273,16 @@ GIB_TUNING: Final = (
     ("NCCL_IB_TC", "52"),
     ("NCCL_IB_FIFO_TC", "84"),
 )
+# The gIB plugin's own directory comes first on the trainer's library path, so that NCCL_NET=gIB finds
+# it without the script (gpu-recipes' A3 Ultra and A4 charts, Cluster Toolkit's NeMo Dockerfile; rdma.yaml).
+GIB_LIB_DIR: Final = "/usr/local/gib/lib64"
 RDMA: Final = NetworkProfile(
     env=(
         ("NCCL_NET", "gIB"),
         ("NCCL_SOCKET_IFNAME", "eth0"),
         ("DTJ_NCCL_ENV_SCRIPT", "/usr/local/gib/scripts/set_nccl_env.sh"),
     ),
-    library_path=(NVIDIA_LIB_DIR,),
+    library_path=(GIB_LIB_DIR, NVIDIA_LIB_DIR),
     annotations=_interfaces([f"rdma-{i}" for i in range(8)], first=2),
     volumes=(
         _host_path("dtj-nvidia-dir", "/home/kubernetes/bin/nvidia"),
