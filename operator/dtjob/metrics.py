@@ -43,6 +43,22 @@ SLOW_RANKS = Counter(
     "Times a job's SlowRank condition turned True: a rank's own work a step well above the rest of its gang's.",
     ["namespace", "framework"],
 )
+RESTART_COST_SECONDS = Histogram(
+    "dtjob_restart_cost_seconds",
+    "Wall time a gang restart cost, by phase (detection, teardown, start, restore, lost_work) and in total "
+    "(status.goodput.lastRestart), observed once the new attempt reported its first step.",
+    ["namespace", "framework", "phase"],
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+# The phase label -> its field in status.goodput.lastRestart.
+RESTART_PHASES: Final = {
+    "detection": "detectionSeconds",
+    "teardown": "teardownSeconds",
+    "start": "startSeconds",
+    "restore": "restoreSeconds",
+    "lost_work": "lostWorkSeconds",
+    "total": "totalSeconds",
+}
 RECONCILE_SECONDS = Histogram(
     "dtjob_reconcile_duration_seconds",
     "Duration of one reconcile pass of one job (read, decide, apply, write status).",
@@ -183,6 +199,12 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
         REPLACEMENTS.labels(namespace, framework).inc(delta)
     if _is_true(new, "SlowRank") and not _is_true(old, "SlowRank"):
         SLOW_RANKS.labels(namespace, framework).inc()
+    cost = (new.get("goodput") or {}).get("lastRestart") or {}
+    before = (old.get("goodput") or {}).get("lastRestart") or {}
+    if cost.get("totalSeconds") is not None and (before.get("totalSeconds") is None or before != cost):
+        for phase, field in RESTART_PHASES.items():
+            if (seconds := cost.get(field)) is not None:
+                RESTART_COST_SECONDS.labels(namespace, framework, phase).observe(float(seconds))
 
 
 def _is_true(status: Mapping[str, Any], condition: str) -> bool:

@@ -49,6 +49,7 @@ from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
 from dtjob.desired import render_gpu_nic_claims, render_network_policy, render_pod, render_service
 from dtjob.frameworks import Gang, Member
+from dtjob.goodput import next_goodput
 from dtjob.names import JobRef
 from dtjob.nccl import (
     NETWORK_GROUP,
@@ -233,6 +234,7 @@ def reconcile(
     new = next_status(
         old, gang, observed, decision, now, generation, queueing is not None, admission, shown, slow
     )
+    new = new.model_copy(update={"goodput": next_goodput(old, new, observed, now)})
     events = transition_events(old, new)
     if chosen is not None:
         record = NcclChoice(

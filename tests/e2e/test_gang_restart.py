@@ -112,6 +112,13 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     # the one the trainer saved on SIGTERM after it; never from scratch.
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
+    # What the restart cost, phase by phase, measured by the operator from what it saw (docs/fault-tolerance.md).
+    goodput = status["goodput"]
+    cost = goodput["lastRestart"]
+    phases = ("detectionSeconds", "teardownSeconds", "startSeconds", "restoreSeconds")
+    assert cost["attempt"] == 2 and all(cost[p] >= 0 for p in phases), goodput
+    assert cost["totalSeconds"] == pytest.approx(sum(cost[p] for p in (*phases, "lostWorkSeconds")), abs=0.01)
+    assert 0 < goodput["productiveSeconds"] < goodput["wallSeconds"] and 0 < goodput["percent"] < 100, goodput
 
 
 def newest_checkpoint(example: str, directory: Path) -> int | None:

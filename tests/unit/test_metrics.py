@@ -109,3 +109,34 @@ def test_an_elastic_gangs_replaced_members_are_counted_apart_from_restarts() -> 
     labels = {"namespace": "metrics-replacements", "framework": "PyTorch"}
     assert REGISTRY.get_sample_value("dtjob_member_replacements_total", labels) == 2.0
     assert REGISTRY.get_sample_value("dtjob_job_restarts_total", {**labels, "reason": "preemption"}) is None
+
+
+def test_a_restarts_cost_is_observed_by_phase_once_it_is_complete() -> None:
+    job = manifest(("Worker", 2))
+    job["metadata"]["namespace"] = "metrics-goodput"
+    open_cost = {
+        "attempt": 2,
+        "reason": "Preempted",
+        "detectionSeconds": 2.0,
+        "restartedAt": "2030-01-01T12:00:40Z",
+    }
+    whole = {**open_cost, "teardownSeconds": 5.0, "startSeconds": 5.0, "restoreSeconds": 8.0,
+             "lostWorkSeconds": 5.0, "totalSeconds": 25.0}  # fmt: skip
+
+    def status(cost: dict[str, Any]) -> dict[str, Any]:
+        return {"phase": "Running", "goodput": {"since": "2030-01-01T12:00:00Z", "asOf": "2030-01-01T12:00:58Z",
+                                                "lastRestart": cost}}  # fmt: skip
+
+    def observed(phase: str) -> tuple[float | None, float | None]:
+        labels = {"namespace": "metrics-goodput", "framework": "PyTorch", "phase": phase}
+        return (REGISTRY.get_sample_value("dtjob_restart_cost_seconds_count", labels),
+                REGISTRY.get_sample_value("dtjob_restart_cost_seconds_sum", labels))  # fmt: skip
+
+    record_pass({**job, "status": status(open_cost)}, status(open_cost), NOW)
+    assert observed("detection") == (None, None)  # not complete yet
+    record_pass({**job, "status": status(open_cost)}, status(whole), NOW)
+    assert [observed(p) for p in ("detection", "restore", "lost_work", "total")] == [
+        (1.0, 2.0), (1.0, 8.0), (1.0, 5.0), (1.0, 25.0),
+    ]  # fmt: skip
+    record_pass({**job, "status": status(whole)}, None, NOW)  # unchanged: not observed again
+    assert observed("total") == (1.0, 25.0)

@@ -37,6 +37,7 @@ from dtjob.api.status import (
     ConditionType,
     ElasticStatus,
     FailureSignature,
+    Goodput,
     JobStatus,
     LastRestart,
     NcclChoice,
@@ -45,8 +46,10 @@ from dtjob.api.status import (
     Progress,
     Replacement,
     ReplicaStatus,
+    RestartCost,
     Restarts,
     parse_timestamp,
+    precise_timestamp,
     timestamp,
 )
 
@@ -78,6 +81,7 @@ __all__ = [
     "ElasticStatus",
     "FailureSignature",
     "Framework",
+    "Goodput",
     "JobStatus",
     "LastRestart",
     "NcclChoice",
@@ -88,6 +92,7 @@ __all__ = [
     "Replacement",
     "ReplicaSpec",
     "ReplicaStatus",
+    "RestartCost",
     "RestartPolicy",
     "Restarts",
     "Role",
@@ -95,5 +100,6 @@ __all__ = [
     "SuccessPolicy",
     "parse_job",
     "parse_timestamp",
+    "precise_timestamp",
     "timestamp",
 ]

@@ -60,6 +60,11 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def precise_timestamp(moment: datetime) -> str:
+    """RFC 3339 with milliseconds: for moments whose differences are a restart's phases."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def parse_timestamp(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -218,6 +223,48 @@ class ElasticStatus(StatusModel):
     """The latest replacement of each member in this attempt; a new attempt starts with none."""
 
 
+class RestartCost(StatusModel):
+    """The wall time one gang restart cost, phase by phase (docs/fault-tolerance.md#goodput). Each phase's
+    seconds are written once the phase ended; without progress reports the restore is never seen ended."""
+
+    attempt: int
+    """The attempt the restart started."""
+    reason: str
+    detection_seconds: float | None = None
+    """From the first member's end (its container's finishedAt) to the operator's restart."""
+    teardown_seconds: float | None = None
+    """From the restart to every pod of the new attempt created (the old ones gone first)."""
+    start_seconds: float | None = None
+    """From created to every member running: scheduling, image, container start."""
+    restore_seconds: float | None = None
+    """From running to the new attempt's first reported step: imports, rendezvous, checkpoint load."""
+    lost_work_seconds: float | None = None
+    """Training after the last checkpoint, which the new attempt does again: the steps past it times the
+    step time (unknown without progress reports)."""
+    total_seconds: float | None = None
+    """All of the above, once the restore ended."""
+    restarted_at: Timestamp
+    created_at: Timestamp | None = None
+    running_at: Timestamp | None = None
+
+
+class Goodput(StatusModel):
+    """How much of the job's wall time trained (docs/fault-tolerance.md#goodput), from its progress
+    reports; as of the latest report (or the job's end), so that it changes only when they do."""
+
+    since: Timestamp
+    """When the job's pods were first created."""
+    as_of: Timestamp
+    productive_seconds: float = 0.0
+    """Time in which the reported step advanced, less the work restarts made the gang do again."""
+    wall_seconds: float = 0.0
+    percent: float | None = None
+    """productiveSeconds / wallSeconds, in percent."""
+    restart_seconds: float = 0.0
+    """All restarts' totals together."""
+    last_restart: RestartCost | None = None
+
+
 class JobStatus(StatusModel):
     """Observed state of the job."""
 
@@ -248,6 +295,7 @@ class JobStatus(StatusModel):
     start_time: Timestamp | None = None
     """When the pods were first created (or the job last resumed); activeDeadlineSeconds counts from here."""
     completion_time: Timestamp | None = None
+    goodput: Goodput | None = None
     observed_generation: int | None = None
 
     def condition(self, type_: ConditionType) -> Condition | None:

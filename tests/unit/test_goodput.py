@@ -1,0 +1,88 @@
+"""status.goodput in whole passes (reconcile): productive time from the progress reports, and a gang
+restart's cost followed phase by phase as the passes see each phase end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dtjob.api import Goodput
+from dtjob.plan import reconcile
+from dtjob.progress import Ledger, Report, received
+from tests.unit.builders import exited, pods_of, running, service_of
+from tests.unit.test_plan import after
+from tests.unit.test_progress import JOB, MASTER, WORKER, at
+
+
+def report(ledger: Ledger | None, attempt: int, seconds: float, **body: Any) -> Ledger | None:
+    for pod in (MASTER, WORKER):
+        ledger = received(ledger, attempt, pod, Report.model_validate(body), at(seconds))
+    return ledger
+
+
+def goodput(job: dict[str, Any]) -> Goodput:
+    return Goodput.model_validate(job["status"]["goodput"])
+
+
+def test_goodput_counts_stepping_time_and_a_restarts_phases_and_lost_work() -> None:
+    job = after(JOB, reconcile(JOB, [], at(0)))  # the pods of attempt 1 created
+    assert goodput(job).since == "2030-01-01T12:00:00Z" and goodput(job).productive_seconds == 0
+    first = [service_of(JOB), *(running(p) for p in pods_of(JOB).values())]
+    job = after(job, reconcile(job, first, at(5)))
+    ledger = report(None, 1, 10, step=10, stepSeconds=0.5)
+    job = after(job, reconcile(job, first, at(10), ledger=ledger))
+    ledger = report(ledger, 1, 30, step=50, stepSeconds=0.5, lastCheckpointStep=40)
+    job = after(job, reconcile(job, first, at(30), ledger=ledger))
+    assert (goodput(job).productive_seconds, goodput(job).wall_seconds, goodput(job).percent) == (
+        20,
+        30,
+        66.7,
+    )
+
+    # The worker is preempted (it saved and exited 200) 2 s before the operator sees it.
+    pods = pods_of(JOB)
+    broken = [
+        service_of(JOB),
+        running(pods[MASTER]),
+        exited(pods[WORKER], 200, finished="2030-01-01T12:00:38Z"),
+    ]
+    job = after(job, reconcile(job, broken, at(40), ledger=ledger))
+    assert job["status"]["attempt"] == 2
+    cost = goodput(job).last_restart
+    assert cost is not None and (cost.attempt, cost.reason) == (2, "Preempted")
+    assert (cost.detection_seconds, cost.lost_work_seconds) == (2, 5)  # 10 steps past step 40, 0.5 s each
+    assert goodput(job).productive_seconds == 15  # the 5 s redone are not productive
+
+    created = reconcile(job, [service_of(JOB)], at(45), ledger=ledger)  # the old pods are gone
+    assert [p["metadata"]["name"] for p in created.create] == [MASTER, WORKER]
+    job = after(job, created)
+    assert goodput(job).last_restart.teardown_seconds == 5  # type: ignore[union-attr]
+    second = [service_of(JOB), *(running(p) for p in pods_of(JOB, attempt=2).values())]
+    job = after(job, reconcile(job, second, at(50), ledger=ledger))
+    assert goodput(job).last_restart.start_seconds == 5  # type: ignore[union-attr]
+    assert goodput(job).last_restart.total_seconds is None  # type: ignore[union-attr]
+
+    ledger = report(ledger, 2, 58, step=41, stepSeconds=0.5, lastCheckpointStep=40)  # resumed at step 40
+    job = after(job, reconcile(job, second, at(58), ledger=ledger))
+    cost = goodput(job).last_restart
+    assert cost is not None and (cost.restore_seconds, cost.total_seconds) == (8, 25)  # 2 + 5 + 5 + 8 + 5
+    assert goodput(job).restart_seconds == 25
+    ledger = report(ledger, 2, 78, step=81, stepSeconds=0.5, lastCheckpointStep=80)
+    job = after(job, reconcile(job, second, at(78), ledger=ledger))
+    assert (goodput(job).productive_seconds, goodput(job).wall_seconds) == (35, 78)
+    assert goodput(job).percent == pytest.approx(44.9)
+    assert goodput(job).restart_seconds == 25  # counted once
+
+
+def test_a_job_whose_trainers_do_not_report_has_goodput_without_a_restore() -> None:
+    job = after(JOB, reconcile(JOB, [], at(0)))
+    first = [service_of(JOB), *(running(p) for p in pods_of(JOB).values())]
+    job = after(job, reconcile(job, first, at(5)))
+    assert goodput(job).percent is None and goodput(job).productive_seconds == 0
+    pods = pods_of(JOB)
+    job = after(
+        job, reconcile(job, [service_of(JOB), running(pods[MASTER]), exited(pods[WORKER], 200)], at(9))
+    )
+    cost = goodput(job).last_restart
+    assert cost is not None and cost.detection_seconds == 0 and cost.lost_work_seconds is None
