@@ -24,9 +24,12 @@ NETWORK_CRD = REPO / "tests" / "data" / "gke-network-crd.yaml"
 GROUP, VERSION, PLURAL = "networking.gke.io", "v1", "networks"
 
 
-def auto_job(name: str) -> dict[str, Any]:
-    """Two pods of 8 H100s (A3 High), the shape Auto would give GPUDirect-TCPX."""
-    job = pytorch_job(name, workers=2)
+def auto_job(name: str, accelerator: str | None = None) -> dict[str, Any]:
+    """Two pods of a whole machine under Auto: by default 8 H100s (A3 High), the shape Auto would give
+    GPUDirect-TCPX."""
+    job = pytorch_job(
+        name, workers=2, **({"accelerator": {"type": accelerator, "count": 8}} if accelerator else {})
+    )
     del job["spec"]["nccl"]  # the default: Auto
     return job
 
@@ -207,9 +210,7 @@ def test_a_tcpxo_daemon_that_does_not_pair_with_the_installed_plugin_is_named_in
     add_daemonsets("device-injector")
     add_daemonsets("nccl-tcpxo-installer",
                    image="us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.14")  # fmt: skip
-    job = pytorch_job("mega", accelerator={"type": "nvidia-h100-mega-80gb", "count": 8})
-    del job["spec"]["nccl"]
-    jobs.create(job)
+    jobs.create(auto_job("mega", "nvidia-h100-mega-80gb"))
     assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
     (warning,) = network_events(core, namespace, "mega")
     assert warning.type == "Warning"
@@ -229,9 +230,7 @@ def test_on_autopilot_the_pods_take_the_shape_of_its_rdma_recipe(
     eth1 and mount the host's NVIDIA and gIB directories read-only (tests/data/gke_recipes/autopilot.yaml)."""
     add_networks("gvnic-1", *(f"rdma-{i}" for i in range(8)))
     add_daemonsets("nccl-rdma-installer", namespace="rdma-system")
-    job = pytorch_job("ultra", accelerator={"type": "nvidia-b200", "count": 8})
-    del job["spec"]["nccl"]
-    jobs.create(job)
+    jobs.create(auto_job("ultra", "nvidia-b200"))
     nccl = chosen(jobs, "ultra")
     assert (nccl["profile"], nccl.get("autopilot")) == ("RDMA", True), nccl
     assert "in Autopilot's shape" in nccl["reason"]
@@ -304,9 +303,7 @@ def test_auto_claims_the_gpu_nics_from_gkes_managed_dranet_and_the_scheduler_all
     all of its node's NICs from the job's ResourceClaimTemplate; the scheduler allocates them, so the two
     pods land on the two nodes that have NICs, one each."""
     add_daemonsets("nccl-rdma-installer")
-    job = pytorch_job("dranet", accelerator={"type": "nvidia-b200", "count": 8})
-    del job["spec"]["nccl"]  # Auto
-    jobs.create(job)
+    jobs.create(auto_job("dranet", "nvidia-b200"))
     assert chosen(jobs, "dranet") == {
         "attempt": 1, "profile": "ManagedRDMA",
         "reason": "2 pods of 8 nvidia-b200 GPUs, their NICs claimed from GKE's managed DRANET (DeviceClass mrdma.google.com)",
