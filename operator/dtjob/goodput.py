@@ -31,9 +31,11 @@ def next_goodput(old: JobStatus, new: JobStatus, observed: Observed, now: dateti
     since = previous.since if previous is not None else new.start_time
     if since is None:
         return None
+    cost = previous.last_restart if previous is not None else None
+    if previous is not None and (cost is None or cost.total_seconds is not None) and _same_facts(old, new):
+        return previous  # the steady pass: nothing goodput is made of changed
     productive = previous.productive_seconds if previous is not None else 0.0
     spent = previous.restart_seconds if previous is not None else 0.0
-    cost = previous.last_restart if previous is not None else None
     if new.last_restart is not None and new.last_restart != old.last_restart and new.attempt > old.attempt:
         cost = _restart_began(old, new, observed, now)
         productive = max(0.0, productive - (cost.lost_work_seconds or 0.0))
@@ -52,6 +54,14 @@ def next_goodput(old: JobStatus, new: JobStatus, observed: Observed, now: dateti
         percent=round(100 * min(productive, wall) / wall, 1) if wall > 0 else None,
         restart_seconds=round(spent, 3),
         last_restart=cost,
+    )
+
+
+def _same_facts(old: JobStatus, new: JobStatus) -> bool:
+    return (
+        new.progress == old.progress
+        and new.last_restart == old.last_restart
+        and new.completion_time == old.completion_time
     )
 
 
