@@ -20,7 +20,7 @@ from dtjob.names import ATTEMPT_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.integration.conftest import REPO, Jobs, operator_taking_reports, running_operator
 from tests.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
@@ -93,12 +93,14 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     namespace: str,
     disrupt: Disruption,
     restarts: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     images.ensure(cluster_c, images.TORCH_TRAINER)
     name = f"restart-{disrupt.__name__}"
     job = restart_job(name)
     checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
-    with running_operator(cluster_c, namespace):
+    # The trainers report their progress: status.goodput measures the restart's restore from it.
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
         jobs.create(job)
         seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, disrupt)
         assert seen < STEPS, "the run ended before it could be disrupted"
