@@ -299,7 +299,37 @@ def _restart_fields(job: Obj, now: datetime) -> Table:
     avoided = _status(job).get("avoidedNodes") or []
     if avoided:
         rows.append(("Avoided nodes", ", ".join(avoided)))
+    rows += _goodput_rows(_status(job).get("goodput") or {})
     return _fields(rows)
+
+
+# status.goodput.lastRestart's phases, as `dtjob describe` names them.
+RESTART_PHASES: Final = (
+    ("detection", "detectionSeconds"),
+    ("teardown", "teardownSeconds"),
+    ("start", "startSeconds"),
+    ("restore", "restoreSeconds"),
+    ("lost work", "lostWorkSeconds"),
+)
+
+
+def _goodput_rows(goodput: Obj) -> list[tuple[str, RenderableType | str | None]]:
+    """What the job's wall time went to (status.goodput, docs/fault-tolerance.md#goodput-what-restarts-cost)."""
+    if not goodput:
+        return []
+    trained = f"{goodput.get('productiveSeconds', 0):.1f}s of {goodput.get('wallSeconds', 0):.1f}s trained"
+    percent = goodput.get("percent")
+    rows: list[tuple[str, RenderableType | str | None]] = [
+        ("Goodput", f"{percent}% ({trained})" if percent is not None else None)
+    ]
+    cost = goodput.get("lastRestart") or {}
+    phases = ", ".join(
+        f"{name} {cost[key]:.1f}s" for name, key in RESTART_PHASES if cost.get(key) is not None
+    )
+    if phases:
+        total = cost.get("totalSeconds")
+        rows.append(("Restart cost", (f"{total:.1f}s: " if total is not None else "so far: ") + phases))
+    return rows
 
 
 def _network_fields(job: Obj) -> Table | None:
