@@ -518,7 +518,8 @@ def _in_cluster_shape(
     """The choice on an Autopilot cluster, for a profile that has an Autopilot shape there: said."""
     if not autopilot or profile_for(choice.profile, spec, True) == profile_for(choice.profile, spec):
         return choice
-    reason = f"{choice.reason}; in Autopilot's shape (its GPUDirect installers run in {', '.join(sorted(AUTOPILOT_NAMESPACES))})"
+    namespaces = ", ".join(sorted(AUTOPILOT_NAMESPACES))
+    reason = f"{choice.reason}; in Autopilot's shape (its GPUDirect installers run in {namespaces})"
     return replace(choice, reason=reason, autopilot=True)
 
 

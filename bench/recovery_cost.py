@@ -1,0 +1,148 @@
+"""What spot preemptions cost a real training gang today (a gang restart each), as status.goodput measures it.
+
+    .venv/bin/python -m bench.recovery_cost [--preemptions 5] [--epochs 200]
+
+Tier C (the real node; brought up if needed, left up): the DDP example (2 workers, real training on the
+CPU over gloo, checkpoints every 20 steps on a hostPath volume) runs through the operator in-process,
+with its progress intake, once uninterrupted and once with a worker evicted (the Eviction API, as a spot
+reclaim's drain does) after each of N checkpoints, each taken after the gang last resumed. Prints each
+restart's cost phase by phase (status.goodput.lastRestart: detection, teardown, start, restore, lost
+work), the wall time lost per preemption (the two runs' wall times apart, over N), the goodput of both
+runs, and whether the final weights (the example's sha256 of them) are the uninterrupted run's. This is
+the baseline issue 21's in-place restarts and hot spares are measured against (docs/fault-tolerance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from typing import Any
+
+from localcluster.layout import Layout
+
+# The kubernetes client (and Kopf's login through it) reads KUBECONFIG once, when first imported.
+os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
+
+from dtjob_trainer.checkpoint_files import CheckpointDirectory
+from kopf.testing import KopfRunner
+from kubernetes import client, config
+
+from dtjob.api import GROUP, PLURAL, VERSION
+from hack import images
+from hack.examples import fresh_checkpoint_dir
+from localcluster import Cluster, Tier
+from localcluster.layout import NODE_IP
+from tests.e2e.test_gang_restart import evict, restart_job, result_line
+from tests.integration.conftest import CRD_FILE
+from tests.ports import free_port
+
+PHASES = ("detectionSeconds", "teardownSeconds", "startSeconds", "restoreSeconds", "lostWorkSeconds")
+
+
+def wait(probe: Any, what: str, timeout: float = 600.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} after {timeout:.0f}s")
+        time.sleep(0.1)
+    return value
+
+
+class Run:
+    def __init__(self, api: client.ApiClient, namespace: str, name: str, epochs: int) -> None:
+        self.core, self.objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.namespace, self.name = namespace, name
+        self.job = restart_job(name)
+        self.job["spec"]["runPolicy"] = {"maxPreemptions": 100}
+        self.job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]["args"][1] = str(epochs)
+        self.checkpoints = CheckpointDirectory(fresh_checkpoint_dir(self.job), keep_last=1)
+
+    def status(self) -> dict[str, Any]:
+        job = self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+        return dict(job.get("status") or {})
+
+    def running(self, attempt: int) -> bool:
+        status = self.status()
+        return status.get("attempt") == attempt and status.get("phase") == "Running"
+
+    def train(self, preemptions: int) -> tuple[float, list[dict[str, Any]], dict[str, Any], str]:
+        """Create, evict a worker after each of `preemptions` fresh checkpoints, run to Succeeded: the wall
+        time, each restart's cost, the final goodput and the weights' sha256."""
+        start = time.monotonic()
+        self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.job)
+        costs = []
+        for attempt in range(1, preemptions + 1):
+            wait(lambda attempt=attempt: self.running(attempt), f"attempt {attempt} running")
+            resumed = self.checkpoints.latest_step() or 0
+            wait(
+                lambda resumed=resumed: (self.checkpoints.latest_step() or 0) > resumed, "a fresh checkpoint"
+            )
+            evict(self.core, self.namespace, f"{self.name}-worker-{attempt % 2}")
+
+            def cost(attempt: int = attempt) -> dict[str, Any] | None:
+                last = (self.status().get("goodput") or {}).get("lastRestart") or {}
+                done = last.get("attempt") == attempt + 1 and last.get("totalSeconds") is not None
+                return last if done else None
+
+            costs.append(wait(cost, f"the cost of restart {attempt}"))
+        wait(lambda: self.status().get("phase") in ("Succeeded", "Failed"), "the end", timeout=1200)
+        wall = time.monotonic() - start
+        status = self.status()
+        assert status["phase"] == "Succeeded", status
+        weights = result_line(self.core, self.namespace, f"{self.name}-worker-0")["weights_sha256"]
+        return wall, costs, status.get("goodput") or {}, str(weights)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preemptions", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=200, help="23 steps an epoch")
+    args = parser.parse_args(argv)
+
+    cluster = Cluster()
+    if cluster.running_tier() != Tier.C:
+        cluster.up(Tier.C)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    images.ensure(cluster, images.TORCH_TRAINER)
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core = client.CoreV1Api(api)
+    namespace = f"recovery-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait(lambda: core.list_namespaced_service_account(namespace).items, "the default ServiceAccount")
+    port = free_port()
+    os.environ |= {"DTJOB_PROGRESS_PORT": str(port), "DTJOB_PROGRESS_URL": f"http://{NODE_IP}:{port}/v1/progress",
+                   "DTJOB_PROGRESS_STATUS_SECONDS": "1"}  # fmt: skip
+    try:
+        with KopfRunner(
+            ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"], timeout=60
+        ):
+            plain = Run(api, namespace, "uninterrupted", args.epochs).train(0)
+            preempted = Run(api, namespace, "preempted", args.epochs).train(args.preemptions)
+    finally:
+        core.delete_namespace(namespace)
+
+    (plain_wall, _, plain_goodput, plain_weights) = plain
+    (wall, costs, goodput, weights) = preempted
+    print(
+        f"{'restart':>8} " + " ".join(f"{p.removesuffix('Seconds'):>10}" for p in PHASES) + f" {'total':>8}"
+    )
+    for i, cost in enumerate(costs, start=1):
+        cells = " ".join(f"{float(cost.get(p) or 0.0):10.2f}" for p in PHASES)
+        print(f"{i:>8} {cells} {float(cost['totalSeconds']):8.2f}")
+    totals = [float(c["totalSeconds"]) for c in costs]
+    print(
+        f"restart cost (goodput), median {statistics.median(totals):.2f} s, min {min(totals):.2f}, max {max(totals):.2f}"
+    )
+    print(f"wall time: uninterrupted {plain_wall:.1f} s, with {args.preemptions} preemptions {wall:.1f} s: "
+          f"{(wall - plain_wall) / args.preemptions:.2f} s lost per preemption")  # fmt: skip
+    print(f"goodput: uninterrupted {plain_goodput.get('percent')}%, preempted {goodput.get('percent')}%")
+    same = "identical" if weights == plain_weights else "DIFFERENT"
+    print(f"final weights sha256: uninterrupted {plain_weights[:16]}, preempted {weights[:16]} ({same})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
