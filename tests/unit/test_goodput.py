@@ -86,3 +86,38 @@ def test_a_job_whose_trainers_do_not_report_has_goodput_without_a_restore() -> N
     )
     cost = goodput(job).last_restart
     assert cost is not None and cost.detection_seconds == 0 and cost.lost_work_seconds is None
+
+
+def test_a_second_restart_clears_the_first_ones_finished_phases_on_the_server() -> None:
+    """The status is a merge patch from the stored one: the open cost of restart 2 must not keep restart 1's
+    total, start or restore (the patch nulls them)."""
+    job = after(JOB, reconcile(JOB, [], at(0)))
+    first = [service_of(JOB), *(running(p) for p in pods_of(JOB).values())]
+    job = after(job, reconcile(job, first, at(5)))
+    ledger = report(None, 1, 10, step=10, stepSeconds=0.5, lastCheckpointStep=10)
+    job = after(job, reconcile(job, first, at(10), ledger=ledger))
+    pods = pods_of(JOB)
+    job = after(
+        job,
+        reconcile(
+            job, [service_of(JOB), running(pods[MASTER]), exited(pods[WORKER], 200)], at(12), ledger=ledger
+        ),
+    )
+    job = after(job, reconcile(job, [service_of(JOB)], at(14), ledger=ledger))
+    second = [service_of(JOB), *(running(p) for p in pods_of(JOB, attempt=2).values())]
+    job = after(job, reconcile(job, second, at(16), ledger=ledger))
+    ledger = report(ledger, 2, 20, step=11, stepSeconds=0.5, lastCheckpointStep=10)
+    job = after(job, reconcile(job, second, at(20), ledger=ledger))
+    assert job["status"]["goodput"]["lastRestart"]["totalSeconds"] is not None
+    pods = pods_of(JOB, attempt=2)
+    job = after(
+        job,
+        reconcile(
+            job, [service_of(JOB), running(pods[MASTER]), exited(pods[WORKER], 200)], at(25), ledger=ledger
+        ),
+    )
+    stored = job["status"]["goodput"]["lastRestart"]
+    assert stored["attempt"] == 3
+    assert not {"totalSeconds", "restoreSeconds", "startSeconds", "teardownSeconds", "createdAt"} & set(
+        stored
+    ), stored
