@@ -564,9 +564,7 @@ def _pass_in_slot(
     while True:
         if plan.read_networks and "networks" not in read:  # once an attempt, for a profile needing them
             read["networks"] = io.read_networks()
-            installers = io.read_gpudirect_daemonsets()
-            read["daemonsets"] = frozenset(installers) if installers is not None else None
-            read["installers"] = installers
+            read["installers"] = io.read_gpudirect_daemonsets()
             read["device_classes"] = io.read_device_classes()
         elif plan.read_priority is not None and "priority" not in read:  # once, for a queued job's Workload
             read["priority"] = io.read_priority(plan.read_priority)

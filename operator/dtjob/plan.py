@@ -161,7 +161,6 @@ def reconcile(
     now: datetime,
     nodes: Sequence[Mapping[str, Any]] | None = None,
     networks: frozenset[str] | None = None,
-    daemonsets: frozenset[str] | None = None,
     device_classes: frozenset[str] | None = None,
     installers: Mapping[str, Installer] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
@@ -175,9 +174,9 @@ def reconcile(
 ) -> Plan:
     """`nodes`: the Node objects the children are bound to, read after them (see `observe`); without
     them no node is judged lost and no pod stuck. `networks`: the names of the cluster's GKE Network
-    objects, when a Plan asked for them (read_networks); `daemonsets`: the GPUDirect prerequisites the
-    cluster runs, read with them (None: unknown, not judged); `device_classes`: the names of the cluster's
-    DRA DeviceClasses, and `installers` those DaemonSets (where, their images), read with them. `daemon_images`: the operator's GPUDirect daemon
+    objects, when a Plan asked for them (read_networks); `installers`: the GPUDirect prerequisite
+    DaemonSets the cluster runs (where, their images), and `device_classes` the names of its DRA
+    DeviceClasses, read with them (installers None: unknown, not judged). `daemon_images`: the operator's GPUDirect daemon
     images by profile (settings). `workload` and `flavors`: for a job in a Kueue queue, its Workload and
     Kueue's ResourceFlavors by name; `kueue_served`: whether the operator reads Kueue's API; `priority`:
     the priority class the job names, read when a Plan asked for it (read_priority); `routes`: the
@@ -200,7 +199,8 @@ def reconcile(
         if networks is None and needs_networks(spec):
             return Plan(read_networks=True)
         classes = device_classes or frozenset()
-        chosen = choose(spec, networks or frozenset(), daemonsets, classes, on_autopilot(installers))
+        running = frozenset(installers) if installers is not None else None
+        chosen = choose(spec, networks or frozenset(), running, classes, on_autopilot(installers))
         if (missing := _networks_missing(spec, chosen, networks or frozenset(), classes)) is not None:
             # Not the spec's fault alone: an admin may create the Networks. Look again before long.
             return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)

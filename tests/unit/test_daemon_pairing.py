@@ -16,7 +16,6 @@ from tests.unit.builders import GKE_NETWORKS, NOW, manifest
 REGISTRY = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo"
 TCPXO = NcclProfileName.GPUDIRECT_TCPXO
 MEGA = {"type": "nvidia-h100-mega-80gb", "count": 8}
-RUNNING = frozenset({"nccl-tcpxo-installer", "device-injector"})
 
 
 def installer(plugin: str) -> dict[str, Installer]:
@@ -66,9 +65,7 @@ def job(**nccl: Any) -> dict[str, Any]:
 
 
 def test_a_pass_warns_once_an_attempt_when_the_daemon_does_not_pair() -> None:
-    plan = reconcile(
-        job(), [], NOW, networks=GKE_NETWORKS, daemonsets=RUNNING, installers=installer("v1.0.14")
-    )
+    plan = reconcile(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"))
     assert plan.status is not None and plan.status["nccl"]["profile"] == "GPUDirectTCPXO"
     assert "; but the daemon " in plan.status["nccl"]["reason"]
     (event,) = [e for e in plan.events if e.reason == "NetworkChosen"]
@@ -82,7 +79,7 @@ def test_a_pass_warns_once_an_attempt_when_the_daemon_does_not_pair() -> None:
 
 def test_the_operators_daemon_setting_counts_and_a_pair_is_quiet() -> None:
     paired = {TCPXO: f"{REGISTRY}/tcpgpudmarxd-dev:v1.0.20"}
-    plan = reconcile(job(), [], NOW, networks=GKE_NETWORKS, daemonsets=RUNNING, installers=installer("v1.0.14"),
+    plan = reconcile(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"),
                      daemon_images=paired)  # fmt: skip
     assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Normal"]
     daemon = next(c for c in plan.create[0]["spec"]["initContainers"] if c["name"] == "tcpxo-daemon")

@@ -149,8 +149,7 @@ def test_machines_without_an_autopilot_recipe_keep_the_standard_shape() -> None:
 
 def test_a_pass_records_the_autopilot_shape_and_later_passes_render_it() -> None:
     stored = job("nvidia-h100-mega-80gb")
-    plan = reconcile(stored, [], NOW, networks=EIGHT_VPC, daemonsets=frozenset(installers("autopilot")),
-                     installers=installers("autopilot"))  # fmt: skip
+    plan = reconcile(stored, [], NOW, networks=EIGHT_VPC, installers=installers("autopilot"))  # fmt: skip
     status = plan.status or {}
     assert status["nccl"]["profile"] == "GPUDirectTCPXO" and status["nccl"]["autopilot"] is True
     assert "Autopilot" in status["nccl"]["reason"]
@@ -162,6 +161,5 @@ def test_a_pass_records_the_autopilot_shape_and_later_passes_render_it() -> None
     later = reconcile({**stored, "status": recorded}, [], NOW)
     (daemon,) = [c for c in later.create[0]["spec"]["initContainers"] if c["name"] == "tcpxo-daemon"]
     assert "LD_LIBRARY_PATH" not in env(daemon)
-    standard = reconcile(stored, [], NOW, networks=EIGHT_VPC, daemonsets=frozenset(installers("standard")),
-                         installers=installers("standard"))  # fmt: skip
+    standard = reconcile(stored, [], NOW, networks=EIGHT_VPC, installers=installers("standard"))  # fmt: skip
     assert "autopilot" not in (standard.status or {})["nccl"]

@@ -9,14 +9,15 @@ from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.desired import GPU_NIC_CLAIM, render_children, trainer_container
-from dtjob.nccl import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, choose, nccl_env, needs_networks
+from dtjob.nccl import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
 from dtjob.plan import reconcile
 from dtjob.preflight import PREFLIGHT_CONTAINER
 from tests.unit.builders import GKE_NETWORKS, NOW, manifest
 
 B200 = {"type": "nvidia-b200", "count": 8}
 DRANET = frozenset({MANAGED_RDMA_DEVICE_CLASS, "gpu.nvidia.com"})
-RDMA_INSTALLER = frozenset({"nccl-rdma-installer"})
+RDMA_INSTALLERS = {"nccl-rdma-installer": Installer("kube-system", ())}
+RDMA_INSTALLER = frozenset(RDMA_INSTALLERS)
 RDMA_NETWORKS = frozenset(f"rdma-{i}" for i in range(8))
 
 
@@ -125,11 +126,11 @@ def test_managed_rdma_gets_the_gib_tuning_and_gloo_on_the_pod_network() -> None:
 def test_a_pass_applies_the_template_with_the_pods_and_only_then() -> None:
     job = manifest(("Worker", 2), accelerator=B200)
     assert needs_networks(DistributedTrainingJobSpec.model_validate(job["spec"]))
-    plan = reconcile(job, [], NOW, networks=frozenset(), daemonsets=RDMA_INSTALLER, device_classes=DRANET)
+    plan = reconcile(job, [], NOW, networks=frozenset(), installers=RDMA_INSTALLERS, device_classes=DRANET)
     assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
     assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
     assert len(plan.create) == 2
-    rdma = reconcile(job, [], NOW, networks=GKE_NETWORKS, daemonsets=RDMA_INSTALLER, device_classes=DRANET)
+    rdma = reconcile(job, [], NOW, networks=GKE_NETWORKS, installers=RDMA_INSTALLERS, device_classes=DRANET)
     assert [o["kind"] for o in rdma.apply] == ["Service"]
 
 

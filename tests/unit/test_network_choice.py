@@ -161,6 +161,6 @@ def test_auto_takes_gpudirect_where_its_installers_run_or_when_they_could_not_be
 
 
 def test_a_pass_passes_the_installers_it_read_to_the_choice() -> None:
-    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS, daemonsets=frozenset())
+    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS, installers={})
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
     assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Warning"]
