@@ -5,8 +5,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TIER ?= C
 ADDONS ?=
+# CLUSTER=current: the demo and the e2e tests on the kubeconfig's current context (or CONTEXT=...), with
+# the images pushed to REGISTRY (kind and minikube load them without one). docs/own-cluster.md
+CLUSTER ?= local
+CONTEXT ?=
+REGISTRY ?=
+CHECKPOINT_CLAIM ?=
+CURRENT := $(if $(CONTEXT),--context $(CONTEXT)) $(if $(REGISTRY),--registry $(REGISTRY))
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit demo demo-tools demo-images venv-core
+.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit test-e2e demo demo-tools demo-images client-tools venv-core
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -62,14 +69,33 @@ test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster
 	$(PY) -m localcluster down
 	$(PY) -m pytest -q -ra --durations=20
 
-demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded
+demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded (CLUSTER=current: yours)
 	@# A first run builds the Go components the demo needs (not Kueue, nor kwok) while the operator's package
 	@# installs and the images build; the test suite's heavier venv is left for `make test`.
+ifeq ($(CLUSTER),current)
+	@$(MAKE) --no-print-directory -j2 client-tools demo-images
+	$(PY) -m hack.demo --cluster current $(CURRENT) $(if $(CHECKPOINT_CLAIM),--checkpoint-claim $(CHECKPOINT_CLAIM))
+else
 	@$(MAKE) --no-print-directory -j3 demo-tools demo-images
 	$(PY) -m hack.demo
+endif
+
+test-e2e: deps venv ## The e2e tests alone (CLUSTER=current: those that run on a cluster they did not start)
+ifeq ($(CLUSTER),current)
+	@$(MAKE) --no-print-directory client-tools
+	DTJOB_CLUSTER=current DTJOB_CONTEXT=$(CONTEXT) DTJOB_REGISTRY=$(REGISTRY) $(PY) -m pytest tests/e2e -q -ra
+else
+	@$(MAKE) --no-print-directory build
+	$(PY) -m pytest tests/e2e -q -ra
+endif
 
 demo-tools:
 	@localcluster/build.sh etcd k8s coredns helm
 
+# kubectl and helm for a cluster of yours: those on PATH, else built into the cache.
+client-tools:
+	@command -v kubectl >/dev/null || localcluster/build.sh k8s
+	@command -v helm >/dev/null || localcluster/build.sh helm
+
 demo-images: venv-core
-	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch
+	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch --cluster $(CLUSTER)

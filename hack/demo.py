@@ -1,4 +1,5 @@
 """`make demo`: the local cluster, the operator installed with Helm, one example trained to Succeeded.
+`make demo CLUSTER=current`: the same on the kubeconfig's current context (hack/current.py).
 
 Shows the job's progress (phase, ready pods, attempt, the trainer's last log line) while it runs, and
 leaves the cluster up so you can look around (`make cluster-down` when done).
@@ -6,22 +7,23 @@ leaves the cluster up so you can look around (`make cluster-down` when done).
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from hack import images
+from hack.current import CurrentCluster, checkpoints_on, localize
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
-NAMESPACE = "default"
-OPERATOR_NAMESPACE = "dtjob-system"
 TIMEOUT_SECONDS = 900
 
 
@@ -29,40 +31,89 @@ def say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def main() -> int:
-    started = time.monotonic()
-    cluster = Cluster()
-    # The real node alone: the demo's pods run there, and kwok's fake GPU nodes are for the tests.
-    cluster.up(Tier.C, fake_nodes=0)
-    cluster.build(Tier.C, with_helm=True, fake_nodes=0)
-    say("building the operator and trainer images (cached after the first run)")
-    operator = images.ensure(cluster, images.OPERATOR)
-    images.ensure(cluster, images.TORCH_TRAINER)
+def helm_command(cluster: Cluster | CurrentCluster) -> list[str]:
+    if isinstance(cluster, CurrentCluster):
+        return cluster.helm_command()
+    return [str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig)]
 
-    repository, tag = operator.rsplit(":", 1)
-    say(f"installing the operator with Helm into {OPERATOR_NAMESPACE}")
+
+def install_operator(cluster: Cluster | CurrentCluster, namespace: str, *values: str) -> None:
+    """The chart from this tree, with the operator image the cluster's nodes find."""
+    repository, tag = images.deliver(cluster, images.OPERATOR).rsplit(":", 1)
+    say(f"installing the operator with Helm into {namespace}")
     subprocess.run(
-        [str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig), "upgrade", "--install",
-         "dtjob", str(REPO / "helm" / "dtjob-operator"), "-n", OPERATOR_NAMESPACE, "--create-namespace",
-         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--wait", "--timeout", "5m"],
+        [*helm_command(cluster), "upgrade", "--install", "dtjob", str(REPO / "helm" / "dtjob-operator"),
+         "-n", namespace, "--create-namespace", "--set", f"image.repository={repository}",
+         "--set", f"image.tag={tag}", *values, "--wait", "--timeout", "5m"],
         check=True,
     )  # fmt: skip
 
+
+def current_cluster_job(cluster: CurrentCluster, manifest: dict[str, Any], claim: str | None) -> None:
+    """The example as a cluster whose nodes are not this machine runs it: the trainer image from where it
+    was delivered, the checkpoints on `claim` or in each pod (a restart then starts over), and a GPU a pod
+    where the nodes have GPUs (NCCL instead of gloo)."""
+    trainer = images.deliver(cluster, images.TORCH_TRAINER)
+    localize(manifest, {images.TORCH_TRAINER.ref: trainer})
+    checkpoints_on(manifest, claim)
+    if not claim:
+        say("checkpoints in each pod's emptyDir: pass CHECKPOINT_CLAIM=<a ReadWriteMany PVC> to keep them")
+    gpus = cluster.gpus()
+    if gpus:
+        gpus.wire(manifest)
+        say(
+            f"the nodes have GPUs ({gpus.model or 'model unlabelled'}, {gpus.per_node} a node): one a pod, NCCL"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hack.demo", description=__doc__)
+    parser.add_argument(
+        "--cluster",
+        choices=["local", "current"],
+        default="local",
+        help="local: bring up this machine's cluster; current: the kubeconfig's context",
+    )
+    parser.add_argument("--context", help="with --cluster current: a context other than the current one")
+    parser.add_argument("--registry", help="with --cluster current: where the images go (host[:port][/path])")
+    parser.add_argument(
+        "--checkpoint-claim", help="with --cluster current: a ReadWriteMany PVC for checkpoints"
+    )
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--operator-namespace", default="dtjob-system")
+    args = parser.parse_args(argv)  # fmt: skip
+
+    started = time.monotonic()
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
-    fresh_checkpoint_dir(manifest)
-    cluster.kubectl("delete", "dtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+    cluster: Cluster | CurrentCluster
+    if args.cluster == "local":
+        cluster = Cluster()
+        # The real node alone: the demo's pods run there, and kwok's fake GPU nodes are for the tests.
+        cluster.up(Tier.C, fake_nodes=0)
+        cluster.build(Tier.C, with_helm=True, fake_nodes=0)
+        say("building the operator and trainer images (cached after the first run)")
+        images.ensure(cluster, images.TORCH_TRAINER)
+        fresh_checkpoint_dir(manifest)
+    else:
+        cluster = CurrentCluster.from_kubeconfig(args.context, args.registry)
+        say(f"context {cluster.context} of {cluster.kubeconfig}")
+        current_cluster_job(cluster, manifest, args.checkpoint_claim)
+    install_operator(cluster, args.operator_namespace)
+
+    namespace = args.namespace
+    cluster.kubectl("delete", "dtj", name, "-n", namespace, "--ignore-not-found", "--wait")
     say(f"applying {EXAMPLE.relative_to(REPO)}")
-    print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE)), end="")
+    print(cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest)), end="")
 
     deadline = time.monotonic() + TIMEOUT_SECONDS
     shown = ""
     phase = ""
     while time.monotonic() < deadline:
-        job = json.loads(cluster.kubectl("get", "dtj", name, "-n", NAMESPACE, "-o", "json"))
+        job = json.loads(cluster.kubectl("get", "dtj", name, "-n", namespace, "-o", "json"))
         status = job.get("status", {})
         phase = status.get("phase", "Pending")
-        log = cluster.kubectl("logs", "-n", NAMESPACE, f"{name}-worker-0", "--tail=1", check=False).strip()
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", "--tail=1", check=False).strip()
         line = f"phase={phase} ready={status.get('replicasReady', '-')} attempt={status.get('attempt', 1)} | {log}"
         if line != shown:
             say(line)
@@ -70,11 +121,15 @@ def main() -> int:
         if phase in ("Succeeded", "Failed"):
             break
         time.sleep(2)
-    print(cluster.kubectl("get", "dtj", "-n", NAMESPACE), end="")
+    print(cluster.kubectl("get", "dtj", "-n", namespace), end="")
     say(f"{name}: {phase} in {time.monotonic() - started:.0f}s (whole demo)")
-    say(
-        f"export KUBECONFIG={cluster.kubeconfig}   # then kubectl get dtj,pods; `make cluster-down` when done"
-    )
+    if isinstance(cluster, CurrentCluster):
+        say(f"kubectl --context {cluster.context} get dtj,pods -n {namespace}; remove the operator with "
+            f"`helm uninstall dtjob -n {args.operator_namespace} --kube-context {cluster.context}`")  # fmt: skip
+    else:
+        say(
+            f"export KUBECONFIG={cluster.kubeconfig}   # then kubectl get dtj,pods; `make cluster-down` when done"
+        )
     return 0 if phase == "Succeeded" else 1
 
 

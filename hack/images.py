@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from hack.current import CurrentCluster
 from localcluster import Cluster
 from localcluster.images import Buildah
 from localcluster.layout import Layout
@@ -98,29 +99,61 @@ def ensure(cluster: Cluster, image: Image) -> str:
     return image.ref
 
 
-def prebuild(layout: Layout, image: Image) -> None:
-    """Build `image` into an archive before the cluster runs (the first `make demo` builds its images
-    while the Go components build); `ensure` imports it. Nothing to do when this content was imported."""
-    stamp, digest = _stamp(layout, image), image.digest()
+def archive(layout: Layout, image: Image) -> Path:
+    """`image` as a docker-archive of its current content: the cache's, else the local cluster's node's
+    copy of it, else built."""
+    digest = image.digest()
     target = _prebuilt(layout, image, digest)
-    if (stamp.exists() and stamp.read_text() == digest) or target.exists():
-        print(f"[images] {image.ref} built already ({digest})", flush=True)
-        return
+    if target.exists():
+        print(f"[images] {image.ref} built already ({target.name})", flush=True)
+        return target
     layout.images.mkdir(parents=True, exist_ok=True)
+    for stale in layout.images.glob(f"{image.name}-{image.version}-*.docker.tar"):
+        stale.unlink()  # an earlier content's archive: GBs for torch
+    stamp, local = _stamp(layout, image), Cluster(layout)
+    if (
+        stamp.exists()
+        and stamp.read_text() == digest
+        and local.procs.running("containerd")
+        and local.node.has_image(image.ref)
+    ):
+        # A local `make demo` or test imported this content: exporting it takes seconds, a build minutes.
+        print(f"[images] {image.ref}: the local cluster's copy", flush=True)
+        local.node.export_image(image.ref, target)
+        return target
     buildah = Buildah(layout)
     built = buildah.build(image.root, image.ref, image.root / image.dockerfile)
     buildah.remove(image.ref)
-    built.rename(target)
+    return built.rename(target)
+
+
+def prebuild(layout: Layout, image: Image, cluster: str = "local") -> None:
+    """Build `image` into an archive before the cluster runs (the first `make demo` builds its images
+    while the Go components build); `ensure` imports it, or `deliver` takes it to a current cluster.
+    For the local cluster, nothing to do when this content was imported."""
+    stamp = _stamp(layout, image)
+    if cluster == "local" and stamp.exists() and stamp.read_text() == image.digest():
+        print(f"[images] {image.ref} imported already", flush=True)
+        return
+    archive(layout, image)
+
+
+def deliver(cluster: Cluster | CurrentCluster, image: Image) -> str:
+    """`image` where `cluster`'s nodes find it; returns the reference its pods use."""
+    if isinstance(cluster, CurrentCluster):
+        return cluster.deliver(archive(cluster.layout, image), image.name, image.version)
+    return ensure(cluster, image)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.images")
     parser.add_argument("command", choices=["prebuild"])
     parser.add_argument("names", nargs="+", choices=sorted(IMAGES), metavar="IMAGE")
+    parser.add_argument("--cluster", choices=["local", "current"], default="local")
     args = parser.parse_args(argv)
     layout = Layout.from_env()
     for name in args.names:
-        prebuild(layout, IMAGES[name])
+        prebuild(layout, IMAGES[name], args.cluster)
     return 0
 
 

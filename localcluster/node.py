@@ -85,6 +85,12 @@ state = "{self.dir / "containerd-state"}"
     def import_image(self, archive: Path) -> None:
         self.ctr("images", "import", "--no-unpack=false", str(archive))
 
+    def export_image(self, ref: str, archive: Path) -> None:
+        """`ref` as an image archive (OCI, with Docker's manifest.json: skopeo's docker-archive reads it)."""
+        partial = archive.with_suffix(".partial")
+        self.ctr("images", "export", str(partial), ref)
+        partial.rename(archive)
+
     def has_image(self, ref: str) -> bool:
         return ref in self.ctr("images", "ls", "-q").stdout.split()
 

@@ -3,6 +3,10 @@
 A test asks for `cluster_a`, `cluster_b` or `cluster_c`. The fixture brings the cluster up to that tier
 (incrementally, reusing the build cache) and, if this session started it, takes it down at the end unless
 DTJOB_KEEP_CLUSTER=1. A component that died fails the test loudly with its log tail.
+
+With DTJOB_CLUSTER=current (`make test-e2e CLUSTER=current`) the tests marked `any_cluster` run on the
+kubeconfig's context (DTJOB_CONTEXT, else its current one) instead, with the images pushed to
+DTJOB_REGISTRY; the others, which need this machine's node or kwok's, are deselected.
 """
 
 from __future__ import annotations
@@ -11,21 +15,45 @@ import os
 import uuid
 from collections.abc import Iterator
 
+from hack.current import CurrentCluster, pinned_kubeconfig
 from localcluster import Cluster, Tier
 from localcluster.layout import Layout
 from tests.waiting import wait_for
 
-# The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
-os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
+CURRENT_CLUSTER = os.environ.get("DTJOB_CLUSTER") == "current"
 
-import pytest
-from kubernetes import client, config
+# The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
+os.environ["KUBECONFIG"] = str(
+    pinned_kubeconfig(os.environ.get("DTJOB_CONTEXT") or None)
+    if CURRENT_CLUSTER
+    else Layout.from_env().kubeconfig()
+)
+
+import pytest  # noqa: E402
+from kubernetes import client, config  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not CURRENT_CLUSTER:
+        return
+    local_only = [item for item in items if item.get_closest_marker("any_cluster") is None]
+    if local_only:
+        config.hook.pytest_deselected(items=local_only)
+        items[:] = [item for item in items if item.get_closest_marker("any_cluster")]
+        print(
+            f"\n[current] {len(local_only)} tests need this machine's node or kwok's: not run on the current cluster"
+        )
+
 
 TIER_ORDER = [Tier.A, Tier.B, Tier.C]
 
 
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[Cluster]:
+    if CURRENT_CLUSTER:
+        # Duck-typed as the local cluster where `any_cluster` tests use it (kubeconfig, kubectl, images).
+        yield CurrentCluster.from_kubeconfig(registry=os.environ.get("DTJOB_REGISTRY") or None)
+        return
     cluster = Cluster()
     was_running = cluster.running_tier() is not None
     yield cluster
@@ -34,6 +62,8 @@ def local_cluster() -> Iterator[Cluster]:
 
 
 def _at_tier(cluster: Cluster, tier: Tier) -> Cluster:
+    if CURRENT_CLUSTER:
+        return cluster  # the user's cluster is up, and not ours to start
     running = cluster.running_tier()
     if running is None or TIER_ORDER.index(running) < TIER_ORDER.index(tier):
         cluster.up(tier)

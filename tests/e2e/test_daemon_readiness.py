@@ -2,8 +2,9 @@
 real kubelet): a pod rendered by the operator for an A3 Mega job, its daemon sidecar (probe, env and place
 among the init containers exactly as rendered) played by a stand-in that, like the real daemon, writes
 $HEALTH_CHECK_LOG_FILE once it has initialised, 20 s after it starts. The local node has no GPUs, so the
-pod keeps only what the kubelet needs to run it there: no GPU requests, node selection, host paths or
-network annotations; the preflight and the trainer only print when they start."""
+pod keeps only what the kubelet needs to run it there, or on any CPU node (CLUSTER=current): no GPU
+requests, node selection, host paths or network annotations; the preflight and the trainer only print
+when they start."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import copy
 from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from dtjob.desired import render_children
@@ -50,7 +52,7 @@ def runnable_here(pod: dict[str, Any], image: str) -> dict[str, Any]:
     for container in [*spec.get("initContainers", []), *spec["containers"]]:
         container.pop("volumeMounts", None)
         container.pop("resources", None)
-        container["image"], container["imagePullPolicy"] = image, "Never"
+        container["image"], container["imagePullPolicy"] = image, "IfNotPresent"
         if container["name"] == "tcpxo-daemon":
             container["command"], container["args"] = ["sh", "-c"], [STANDIN]
             container["securityContext"] = {"runAsUser": 0}  # it writes under /run, as the daemon does
@@ -67,10 +69,11 @@ def started_at(pod: client.V1Pod, name: str) -> datetime:
     return moment
 
 
+@pytest.mark.any_cluster
 def test_the_preflight_and_the_trainer_start_only_once_the_tcpxo_daemon_is_ready(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str
 ) -> None:
-    image = images.ensure(cluster_c, images.TORCH_TRAINER)
+    image = images.deliver(cluster_c, images.TORCH_TRAINER)
     rendered = rendered_tcpxo_pod(namespace)
     names = [c["name"] for c in rendered["spec"]["initContainers"]]
     assert names.index("tcpxo-daemon") < names.index(PREFLIGHT_CONTAINER), names

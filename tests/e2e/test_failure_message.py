@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
@@ -20,22 +21,24 @@ CRASH = "import sys; sys.stderr.write('epoch 1: loss 0.52\\n'); open('/etc/passw
 ERROR_LINE = "PermissionError: [Errno 13] Permission denied: '/etc/passwd'"
 
 
-def crashing_job(name: str) -> dict[str, Any]:
+def crashing_job(name: str, image: str) -> dict[str, Any]:
+    """The DDP example crashing at once, in `image` (the torch trainer's, where the cluster finds it)."""
     job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = name
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["command"], trainer["args"] = ["python", "-c", CRASH], []
+    trainer["image"], trainer["command"], trainer["args"] = image, ["python", "-c", CRASH], []
     job["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 1}
     return job
 
 
+@pytest.mark.any_cluster
 def test_a_crashed_trainers_error_line_reaches_the_restart_event_the_status_and_the_failure(
     cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:
-    images.ensure(cluster_c, images.TORCH_TRAINER)
+    image = images.deliver(cluster_c, images.TORCH_TRAINER)
     with running_operator(cluster_c, namespace):
-        jobs.create(crashing_job("crash"))
+        jobs.create(crashing_job("crash", image))
         failed = jobs.wait_condition("crash", "Failed", timeout=300)
     status = jobs.get("crash")["status"]
     assert status["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}

@@ -44,13 +44,13 @@ def test_a_trainer_failing_the_same_way_at_the_same_step_twice_fails_after_two_a
     assert [e.reason for e in events if e.type == "Warning"].count("PodFailed") == 1
 
 
+@pytest.mark.any_cluster
 def test_a_trainer_failing_differently_each_time_gets_its_whole_backoff_limit(
     cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, namespace: str
 ) -> None:
-    job = crashing_job("flaky")
+    job = crashing_job("flaky", images.deliver(cluster_c, images.TORCH_TRAINER))
     job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]["command"] = ["python", "-c", FLAKY]
     job["spec"]["runPolicy"]["backoffLimit"] = 2
-    images.ensure(cluster_c, images.TORCH_TRAINER)
     with running_operator(cluster_c, namespace):
         jobs.create(job)
         failed = jobs.wait_condition("flaky", "Failed", timeout=300)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from hack import images
@@ -18,10 +19,11 @@ LOAD_RDMA_LIBRARIES = (
 )
 
 
+@pytest.mark.any_cluster
 def test_the_torch_image_loads_the_rdma_user_space_libraries(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str
 ) -> None:
-    ref = images.ensure(cluster_c, images.TORCH_TRAINER)
+    ref = images.deliver(cluster_c, images.TORCH_TRAINER)
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
