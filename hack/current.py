@@ -24,6 +24,7 @@ from localcluster.layout import Layout
 
 # Where nodes label their GPU model: GKE, then NVIDIA's GPU feature discovery (GPU operator, kind setups).
 GPU_MODEL_LABELS = ("cloud.google.com/gke-accelerator", "nvidia.com/gpu.product")
+SPOT_LABEL = "cloud.google.com/gke-spot"
 # kwok's simulated nodes advertise GPUs but run no containers.
 SIMULATED_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # A registry on the pulling machine itself: containerd talks plain HTTP to it (docker.IsLocalhost).
@@ -68,16 +69,19 @@ def tool(name: str, cached: Path) -> Path:
 
 @dataclass(frozen=True)
 class Gpus:
-    """What the cluster's GPU nodes offer: the model label (None where no known label names it)."""
+    """What the cluster's GPU nodes offer: the model label (None where no known label names it), and
+    whether they are GKE Spot VMs."""
 
     model: str | None
     per_node: int
+    spot: bool = False
 
     def wire(self, manifest: dict[str, Any]) -> None:
         """Give each pod one GPU: through spec.accelerator where GKE names the model (dtjob then selects the
-        pool, tolerates the taint and sets NCCL up), else as a plain nvidia.com/gpu limit."""
+        pool, tolerates the GPU taint, and the Spot taint where the GPU nodes are Spot VMs, and sets NCCL
+        up), else as a plain nvidia.com/gpu limit."""
         if self.model and self.model.startswith("nvidia-"):
-            manifest["spec"]["accelerator"] = {"type": self.model, "count": 1}
+            manifest["spec"]["accelerator"] = {"type": self.model, "count": 1, "spot": self.spot}
             return
         for replica in manifest["spec"]["replicas"]:
             for container in replica["template"]["spec"]["containers"]:
@@ -186,7 +190,7 @@ class CurrentCluster:
             if count > 0:
                 labels = node["metadata"].get("labels", {})
                 model = next((labels[k] for k in GPU_MODEL_LABELS if k in labels), None)
-                return Gpus(model, count)
+                return Gpus(model, count, labels.get(SPOT_LABEL) == "true")
         return None
 
 

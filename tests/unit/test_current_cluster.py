@@ -8,7 +8,17 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.current import CurrentCluster, CurrentClusterError, Gpus, localize, pinned_kubeconfig
+from dtjob.api import DistributedTrainingJobSpec
+from hack.current import (
+    CurrentCluster,
+    CurrentClusterError,
+    Gpus,
+    checkpoints_on,
+    localize,
+    pinned_kubeconfig,
+)
+from hack.demo import EXAMPLE
+from hack.images import TORCH_TRAINER
 
 
 def kubeconfig(tmp_path: Path, current: str = "kind-dev", *others: str) -> Path:
@@ -72,8 +82,10 @@ def test_localize_replaces_the_projects_images_in_every_container_and_leaves_oth
 def test_gke_gpus_become_the_accelerator_and_other_gpus_a_plain_limit() -> None:
     on_gke = {"spec": {"replicas": [{"template": {"spec": {"containers": [{"name": "t"}]}}}]}}
     Gpus("nvidia-l4", 1).wire(on_gke)
-    assert on_gke["spec"]["accelerator"] == {"type": "nvidia-l4", "count": 1}
+    assert on_gke["spec"]["accelerator"] == {"type": "nvidia-l4", "count": 1, "spot": False}
     assert "resources" not in on_gke["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
+    Gpus("nvidia-h100-80gb", 8, spot=True).wire(on_gke)  # Spot GPU pools: dtjob tolerates their taint
+    assert on_gke["spec"]["accelerator"] == {"type": "nvidia-h100-80gb", "count": 1, "spot": True}
 
     for model in ("NVIDIA-A100-SXM4-40GB", None):  # GPU feature discovery's product label, or none
         elsewhere = {"spec": {"replicas": [{"template": {"spec": {"containers": [{"name": "t"}]}}}]}}
@@ -93,3 +105,15 @@ def test_the_pinned_kubeconfig_is_a_private_copy_with_the_chosen_context(
     assert pinned.stat().st_mode & 0o777 == 0o600
     assert yaml.safe_load(original.read_text())["current-context"] == "kind-dev"
     assert yaml.safe_load(pinned_kubeconfig(None).read_text())["current-context"] == "kind-dev"
+
+
+@pytest.mark.parametrize("gpus", [None, Gpus("nvidia-l4", 1, spot=True), Gpus(None, 4)], ids=str)
+def test_the_demos_job_for_a_cluster_of_yours_is_a_valid_job(gpus: Gpus | None) -> None:
+    manifest = localize(yaml.safe_load(EXAMPLE.read_text()), {TORCH_TRAINER.ref: "r.example/t:1"})
+    checkpoints_on(manifest, claim=None)
+    if gpus:
+        gpus.wire(manifest)
+    spec = DistributedTrainingJobSpec.model_validate(manifest["spec"])
+    assert spec.checkpoint is not None and spec.checkpoint.volume == {"emptyDir": {}}
+    checkpoints_on(manifest, claim="filestore")
+    assert manifest["spec"]["checkpoint"]["volume"] == {"persistentVolumeClaim": {"claimName": "filestore"}}
