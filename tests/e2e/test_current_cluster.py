@@ -110,3 +110,7 @@ def test_the_operator_and_a_job_run_on_a_cluster_reached_through_the_users_kubec
             assert json.load(resp)["repositories"] == [images.OPERATOR.name]
     finally:
         subprocess.run([*theirs.helm_command(), "uninstall", "dtjob", "-n", namespace, "--wait"], check=True)
+        # The registry's name for the image lives no longer than the registry (the content stays shared).
+        cluster_c.node.ctr(
+            "images", "rm", f"{registry}/{images.OPERATOR.name}:{images.OPERATOR.version}", check=False
+        )
