@@ -64,7 +64,7 @@ def tool(name: str, cached: Path) -> Path:
         return Path(found)
     if cached.exists():
         return cached
-    raise CurrentClusterError(f"{name} is neither on PATH nor built ({cached}); run `make demo-tools`")
+    raise CurrentClusterError(f"{name} is neither on PATH nor built ({cached}); run `make client-tools`")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class CurrentCluster:
     ) -> CurrentCluster:
         path = kubeconfig or default_kubeconfig()
         if not path.exists():
-            raise CurrentClusterError(f"no kubeconfig at {path}: set KUBECONFIG or pass --kubeconfig")
+            raise CurrentClusterError(f"no kubeconfig at {path}: set KUBECONFIG to your cluster's kubeconfig")
         config = yaml.safe_load(path.read_text()) or {}
         chosen = context or config.get("current-context")
         contexts = {c["name"] for c in config.get("contexts") or []}

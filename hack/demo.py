@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--operator-namespace", default="dtjob-system")
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
 
     started = time.monotonic()
     manifest = yaml.safe_load(EXAMPLE.read_text())

@@ -1,4 +1,5 @@
-"""The project's container images, built with buildah into the local cluster's containerd.
+"""The project's container images, built with buildah into the local cluster's containerd, or into an
+archive that `deliver` takes to a cluster of yours (hack/current.py).
 
 Each image is tagged with its package's version (what examples/ and the chart reference): the operator's
 is the release's (pyproject.toml, the chart's appVersion: CHANGELOG.md), the trainers' the trainer
