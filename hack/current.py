@@ -40,7 +40,8 @@ def _log(msg: str) -> None:
 
 
 def default_kubeconfig() -> Path:
-    """kubectl's rule: the first file of KUBECONFIG, else ~/.kube/config."""
+    """The first file of KUBECONFIG, else ~/.kube/config. kubectl merges every file of KUBECONFIG; this
+    reads the first alone, so the context, its cluster and its user must be in that one."""
     paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     return Path(paths[0]) if paths else Path.home() / ".kube" / "config"
 
@@ -108,7 +109,8 @@ class CurrentCluster:
         contexts = {c["name"] for c in config.get("contexts") or []}
         if not chosen or chosen not in contexts:
             raise CurrentClusterError(
-                f"{path} has no context {chosen!r} (it has: {', '.join(sorted(contexts)) or 'none'})"
+                f"{path} has no context {chosen!r} (it has: {', '.join(sorted(contexts)) or 'none'}; only the "
+                "first file of KUBECONFIG is read)"
             )
         return cls(path, chosen, registry.rstrip("/") if registry else None, Layout.from_env())
 

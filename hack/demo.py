@@ -31,18 +31,12 @@ def say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def helm_command(cluster: Cluster | CurrentCluster) -> list[str]:
-    if isinstance(cluster, CurrentCluster):
-        return cluster.helm_command()
-    return [str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig)]
-
-
 def install_operator(cluster: Cluster | CurrentCluster, namespace: str, *values: str) -> None:
     """The chart from this tree, with the operator image the cluster's nodes find."""
     repository, tag = images.deliver(cluster, images.OPERATOR).rsplit(":", 1)
     say(f"installing the operator with Helm into {namespace}")
     subprocess.run(
-        [*helm_command(cluster), "upgrade", "--install", "dtjob", str(REPO / "helm" / "dtjob-operator"),
+        [*cluster.helm_command(), "upgrade", "--install", "dtjob", str(REPO / "helm" / "dtjob-operator"),
          "-n", namespace, "--create-namespace", "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}", *values, "--wait", "--timeout", "5m"],
         check=True,

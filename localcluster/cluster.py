@@ -61,6 +61,10 @@ class Cluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc.stdout
 
+    def helm_command(self) -> list[str]:
+        """helm against this cluster (the same method as a cluster of yours has: hack/current.py)."""
+        return [str(self.layout.binary("helm")), "--kubeconfig", str(self.kubeconfig)]
+
     def running_tier(self) -> Tier | None:
         """The highest tier whose every component runs."""
         up = None

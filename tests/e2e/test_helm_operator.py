@@ -24,7 +24,7 @@ RELEASE = "dtjob"
 def helm_answer(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     """helm against the cluster, whatever it answers."""
     return subprocess.run(
-        [str(cluster.layout.binary("helm")), "--kubeconfig", str(cluster.kubeconfig), *args],
+        [*cluster.helm_command(), *args],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -48,7 +48,9 @@ def test_the_context_is_the_kubeconfigs_current_one_unless_one_is_named(tmp_path
 
 
 def test_an_unknown_context_or_a_missing_kubeconfig_is_refused_naming_what_there_is(tmp_path: Path) -> None:
-    with pytest.raises(CurrentClusterError, match=r"has no context 'prod' \(it has: gke-a, kind-dev\)"):
+    with pytest.raises(
+        CurrentClusterError, match=r"has no context 'prod' \(it has: gke-a, kind-dev; only the first"
+    ):
         CurrentCluster.from_kubeconfig("prod", kubeconfig=kubeconfig(tmp_path, "kind-dev", "gke-a"))
     with pytest.raises(CurrentClusterError, match=r"no kubeconfig at .*missing: set KUBECONFIG to"):
         CurrentCluster.from_kubeconfig(kubeconfig=tmp_path / "missing")
