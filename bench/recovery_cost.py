@@ -1,16 +1,17 @@
-"""What spot preemptions cost a real training gang today (a gang restart each), as status.goodput measures it.
+"""What spot preemptions cost a real training gang, by restart strategy, as status.goodput measures it.
 
-    .venv/bin/python -m bench.recovery_cost [--preemptions 5] [--epochs 200]
+    .venv/bin/python -m bench.recovery_cost [--preemptions 5] [--epochs 200] [--strategies Recreate,InPlace]
+                                            [--workers 2]
 
 Tier C (the real node; brought up if needed, left up): the DDP example (2 workers, real training on the
 CPU over gloo, checkpoints every 20 steps on a hostPath volume) runs through the operator in-process,
 with its progress intake, after a one-epoch warm-up run (a freshly imported image's first pods pay its
-unpacking), once uninterrupted and once with a worker evicted (the Eviction API, as a spot
-reclaim's drain does) after each of N checkpoints, each taken after the gang last resumed. Prints each
-restart's cost phase by phase (status.goodput.lastRestart: detection, teardown, start, restore, lost
-work), the wall time lost per preemption (the two runs' wall times apart, over N), the goodput of both
-runs, and whether the final weights (the example's sha256 of them) are the uninterrupted run's. This is
-the baseline issue 21's in-place restarts and hot spares are measured against (docs/fault-tolerance.md).
+unpacking), once uninterrupted and then, for each runPolicy.restartStrategy in turn (the whole gang
+recreated; in place), with a worker evicted (the Eviction API, as a spot reclaim's drain does) after each
+of N checkpoints, each taken after the gang last resumed. Prints each restart's cost phase by phase
+(status.goodput.lastRestart: detection, teardown, start, restore, lost work), the wall time lost per
+preemption (the run's wall time less the uninterrupted run's, over N), each run's goodput, and whether
+the final weights (the example's sha256 of them) are the uninterrupted run's (docs/fault-tolerance.md).
 """
 
 from __future__ import annotations
@@ -53,11 +54,21 @@ def wait(probe: Any, what: str, timeout: float = 600.0) -> Any:
 
 
 class Run:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, epochs: int, *extra: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        epochs: int,
+        *extra: str,
+        strategy: str = "Recreate",
+        workers: int = 2,
+    ) -> None:
         self.core, self.objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.namespace, self.name = namespace, name
         self.job = restart_job(name)
-        self.job["spec"]["runPolicy"] = {"maxPreemptions": 100}
+        self.job["spec"]["runPolicy"] = {"maxPreemptions": 100, "restartStrategy": strategy}
+        self.job["spec"]["replicas"][0]["count"] = self.workers = workers
         trainer = self.job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
         trainer["args"][1] = str(epochs)
         trainer["args"] += extra
@@ -83,7 +94,7 @@ class Run:
             wait(
                 lambda resumed=resumed: (self.checkpoints.latest_step() or 0) > resumed, "a fresh checkpoint"
             )
-            evict(self.core, self.namespace, f"{self.name}-worker-{attempt % 2}")
+            evict(self.core, self.namespace, f"{self.name}-worker-{attempt % self.workers}")
 
             def cost(attempt: int = attempt) -> dict[str, Any] | None:
                 last = (self.status().get("goodput") or {}).get("lastRestart") or {}
@@ -103,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preemptions", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=200, help="23 steps an epoch")
+    parser.add_argument("--strategies", default="Recreate,InPlace", help="runPolicy.restartStrategy, in turn")
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    strategies = args.strategies.split(",")
 
     cluster = Cluster()
     if cluster.running_tier() != Tier.C:
@@ -124,28 +138,41 @@ def main(argv: list[str] | None = None) -> int:
         ):
             # The first pods of a freshly imported image pay its unpacking on the node: not the runs' cost.
             Run(api, namespace, "warm-up", 1, "--min-accuracy", "0").train(0)
-            plain = Run(api, namespace, "uninterrupted", args.epochs).train(0)
-            preempted = Run(api, namespace, "preempted", args.epochs).train(args.preemptions)
+            plain = Run(api, namespace, "uninterrupted", args.epochs, workers=args.workers).train(0)
+            preempted = {
+                strategy: Run(
+                    api, namespace, strategy.lower(), args.epochs, strategy=strategy, workers=args.workers
+                ).train(args.preemptions)
+                for strategy in strategies
+            }
     finally:
         core.delete_namespace(namespace)
 
     (plain_wall, _, plain_goodput, plain_weights) = plain
-    (wall, costs, goodput, weights) = preempted
-    print(
-        f"{'restart':>8} " + " ".join(f"{p.removesuffix('Seconds'):>10}" for p in PHASES) + f" {'total':>8}"
-    )
-    for i, cost in enumerate(costs, start=1):
-        cells = " ".join(f"{float(cost.get(p) or 0.0):10.2f}" for p in PHASES)
-        print(f"{i:>8} {cells} {float(cost['totalSeconds']):8.2f}")
-    totals = [float(c["totalSeconds"]) for c in costs]
-    print(
-        f"restart cost (goodput), median {statistics.median(totals):.2f} s, min {min(totals):.2f}, max {max(totals):.2f}"
-    )
-    print(f"wall time: uninterrupted {plain_wall:.1f} s, with {args.preemptions} preemptions {wall:.1f} s: "
-          f"{(wall - plain_wall) / args.preemptions:.2f} s lost per preemption")  # fmt: skip
-    print(f"goodput: uninterrupted {plain_goodput.get('percent')}%, preempted {goodput.get('percent')}%")
-    same = "identical" if weights == plain_weights else "DIFFERENT"
-    print(f"final weights sha256: uninterrupted {plain_weights[:16]}, preempted {weights[:16]} ({same})")
+    print(f"{args.workers} workers; uninterrupted: wall time {plain_wall:.1f} s, goodput {plain_goodput.get('percent')}%, "
+          f"weights sha256 {plain_weights[:16]}")  # fmt: skip
+    lost = {}
+    for strategy, (wall, costs, goodput, weights) in preempted.items():
+        print(f"\nrestartStrategy {strategy}, {args.preemptions} preemptions")
+        print(
+            f"{'restart':>8} "
+            + " ".join(f"{p.removesuffix('Seconds'):>10}" for p in PHASES)
+            + f" {'total':>8}"
+        )
+        for i, cost in enumerate(costs, start=1):
+            cells = " ".join(f"{float(cost.get(p) or 0.0):10.2f}" for p in PHASES)
+            print(f"{i:>8} {cells} {float(cost['totalSeconds']):8.2f}")
+        totals = [float(c["totalSeconds"]) for c in costs]
+        lost[strategy] = (wall - plain_wall) / args.preemptions
+        same = "identical to" if weights == plain_weights else "DIFFERENT from"
+        print(f"restart cost (goodput) median {statistics.median(totals):.2f} s, min {min(totals):.2f}, "
+              f"max {max(totals):.2f}; wall time {wall:.1f} s: {lost[strategy]:.2f} s lost per preemption; "
+              f"goodput {goodput.get('percent')}%; final weights {weights[:16]}, {same} uninterrupted")  # fmt: skip
+    if "Recreate" in lost:
+        for strategy in lost.keys() - {"Recreate"}:
+            print(
+                f"\n{strategy} loses {lost[strategy] / lost['Recreate']:.2f}x what Recreate loses a preemption"
+            )
     return 0
 
 

@@ -48,10 +48,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec
+from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, RestartStrategy
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
 from dtjob.kueue import PodSetInfo
 from dtjob.names import (
+    ATTEMPT_LABEL,
     TRAINER_CONTAINER,
     JobRef,
     gpu_nic_claims_name,
@@ -101,6 +102,17 @@ SHM_VOLUME: Final = "dtj-shm"
 GPU_NIC_CLAIM: Final = "dtj-gpu-nics"
 GPU_NIC_REQUEST: Final = "gpu-nics"
 CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
+# Under restartStrategy InPlace, the pod's attempt label as a file (the downward API): the kubelet
+# rewrites it when the operator relabels a member kept for the next attempt, and the trainer runtime
+# waits on it between rounds. The env var DTJ_ATTEMPT stays the attempt the pod was created in.
+ATTEMPT_DIRECTORY: Final = "/etc/dtjob/attempt"
+ATTEMPT_FILE: Final = f"{ATTEMPT_DIRECTORY}/attempt"
+ATTEMPT_VOLUME: Final = {
+    "name": "dtj-attempt",
+    "downwardAPI": {
+        "items": [{"path": "attempt", "fieldRef": {"fieldPath": f"metadata.labels['{ATTEMPT_LABEL}']"}}]
+    },
+}
 # The pod's token for the operator's progress intake: bound to the pod, for that audience only.
 PROGRESS_TOKEN_VOLUME: Final = {
     "name": "dtj-progress-token",
@@ -216,6 +228,8 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
         _add_volume(pod_spec, container, {"name": SHM_VOLUME, "emptyDir": empty_dir}, "/dev/shm")
     if gang.progress_url is not None:
         _add_volume(pod_spec, container, copy.deepcopy(PROGRESS_TOKEN_VOLUME), TOKEN_DIRECTORY)
+    if spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE:
+        _add_volume(pod_spec, container, copy.deepcopy(ATTEMPT_VOLUME), ATTEMPT_DIRECTORY)
     if spec.checkpoint.volume is not None:
         _add_volume(
             pod_spec, container, {"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume}, spec.checkpoint.path
@@ -310,6 +324,8 @@ def _injected_env(
         ("DTJ_CHECKPOINT_DIR", spec.checkpoint.path),
         *framework.env(gang, member),
     ]
+    if spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE:
+        contract.append(("DTJ_ATTEMPT_FILE", ATTEMPT_FILE))
     vertex = vertex_env(gang, member, framework.port(spec))
     tunables = [(name, value) for name, value in vertex if name != "CLUSTER_SPEC"]
     if gang.progress_url is not None:

@@ -63,7 +63,7 @@ from dtjob.nccl import (
     on_autopilot,
 )
 from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
-from dtjob.policy import Action, Decision, Reason, decide
+from dtjob.policy import Action, Decision, Reason, decide, kept_in_place
 from dtjob.status import (
     FINISHING,
     INVALID_SPEC,
@@ -245,8 +245,10 @@ def reconcile(
         )
         new = new.model_copy(update={"nccl": record})
         events.append(_network_event(old.attempt, chosen))
-    deletes = _deletes(decision, gang.attempt, observed, old, spec)
-    service, pods, relabel = _writes(decision, gang, observed, admitted)
+    keeps_gang = decision.action in KEEPS_GANG and decision.reason != Reason.FINISHED
+    kept = kept_in_place(old, observed) if keeps_gang else ()
+    deletes = _deletes(decision, gang.attempt, observed, old, spec, kept)
+    service, pods, relabel = _writes(decision, gang, observed, admitted, kept)
     return Plan(
         create=pods,
         apply=service,
@@ -450,11 +452,16 @@ def _workload_status(
 
 
 def _writes(
-    decision: Decision, gang: Gang, observed: Observed, admitted: kueue.Queueing | None = None
+    decision: Decision,
+    gang: Gang,
+    observed: Observed,
+    admitted: kueue.Queueing | None = None,
+    kept: Sequence[PodView] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Relabel]]:
     """The Service and NetworkPolicy to apply (if they differ), with the GPU NICs' ResourceClaimTemplate
     when pods that claim from it are created; the pods to create, the live pods to relabel; a
-    Kueue-admitted gang's pods with what the admission adds."""
+    Kueue-admitted gang's pods with what the admission adds. `kept`: the pods an in-place restart keeps,
+    relabelled with the current attempt as its missing members are created."""
     action = decision.action
     keeps_gang = action in KEEPS_GANG and decision.reason != Reason.FINISHED
     if not keeps_gang and action not in (Action.SUSPEND, Action.RESTART_GANG):
@@ -466,8 +473,8 @@ def _writes(
         apply += _differing(observed.network_policy, render_network_policy(gang))
     if not keeps_gang:
         return apply, [], []
-    present = {p.name: p for p in observed.of_attempt(gang.attempt)}
     create = action in CREATES
+    present = {p.name: p for p in (*(kept if create else ()), *observed.of_attempt(gang.attempt))}
     pod_sets = admitted.pod_sets if admitted is not None else {}
 
     def render(member: Member) -> dict[str, Any]:
@@ -477,8 +484,8 @@ def _writes(
     if created and (claims := render_gpu_nic_claims(gang)) is not None:
         # Not watched: applied (a no-op when unchanged) before any pod that claims from it is created.
         apply.append(claims)
-    kept = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
-    relabel = [r for m, pod in kept if (r := _drifted(pod, render(m))) is not None]
+    live = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
+    relabel = [r for m, pod in live if (r := _drifted(pod, render(m))) is not None]
     return apply, created, relabel
 
 
@@ -522,12 +529,19 @@ def contains(observed: Any, desired: Any) -> bool:
 
 
 def _deletes(
-    decision: Decision, attempt: int, observed: Observed, old: JobStatus, spec: DistributedTrainingJobSpec
+    decision: Decision,
+    attempt: int,
+    observed: Observed,
+    old: JobStatus,
+    spec: DistributedTrainingJobSpec,
+    kept: Sequence[PodView] = (),
 ) -> list[tuple[Delete, Event | None]]:
-    """Pods of other attempts always go; the action decides about the current attempt's (a restart
-    leaves them to the next pass, when they are stale). A pod already terminating is deleted again only
-    when stuck on a lost node past its grace period: then by force, and an Event says so."""
-    doomed: list[PodView] = list(observed.not_of_attempt(attempt))
+    """Pods of other attempts go, but those an in-place restart keeps (`kept`); the action decides about
+    the current attempt's (a restart leaves them to the next pass, when they are stale). A pod already
+    terminating is deleted again only when stuck on a lost node past its grace period: then by force, and
+    an Event says so."""
+    spared = {p.name for p in kept}
+    doomed: list[PodView] = [p for p in observed.not_of_attempt(attempt) if p.name not in spared]
     current = observed.of_attempt(attempt)
     action = decision.action
     if action in (Action.SUSPEND, Action.DEADLINE_EXCEEDED):

@@ -27,6 +27,7 @@ from dtjob.api import (
     JobStatus,
     Replacement,
     RestartPolicy,
+    RestartStrategy,
     Role,
     SuccessPolicy,
     parse_timestamp,
@@ -142,6 +143,10 @@ class Decision:
     node the next attempts' pods are kept off."""
     replaced: tuple[Replacement, ...] = ()
     """For an elastic gang's replacement: the members whose loss this pass sees first."""
+    in_place: bool = False
+    """For a gang restart: the members still running keep their pods (runPolicy.restartStrategy InPlace)."""
+    kept: tuple[str, ...] = ()
+    """For the creation of an in-place restart's attempt: the pods moved to it, which train on."""
 
 
 def decide(
@@ -241,22 +246,61 @@ def decide(
                     return Decision(Action.FAIL, Reason.SCHEDULING_TIMEOUT, message)
                 timers.append((pod.created + limit - now).total_seconds())
 
-    if stale := observed.not_of_attempt(gang.attempt):
+    kept = {p.name for p in kept_in_place(status, observed)}
+    if stale := [p for p in observed.not_of_attempt(gang.attempt) if p.name not in kept]:
         names = ", ".join(p.name for p in stale)
         message = f"waiting for pods of an earlier attempt to go: {names}"
         return Decision(Action.WAIT, Reason.WAITING_FOR_PREVIOUS_ATTEMPT, message, _soonest(timers))
 
     # An Evaluator that went (or failed and was deleted) is simply created again: nothing depends on it.
-    missing = [m.pod for m in gang.members if m.pod not in current]
-    if missing:
+    missing = [m.pod for m in gang.members if m.pod not in current and m.pod not in kept]
+    if missing or kept:
         if (wait := _backoff_remaining(status, now)) > 0:
             message = f"restarting after a failure; next attempt in {wait:.0f}s"
             return Decision(Action.WAIT, Reason.BACKING_OFF, message, _soonest([*timers, wait]))
+        message = "; ".join(
+            part
+            for part in (
+                f"creating {', '.join(missing)}" if missing else "",
+                f"{', '.join(sorted(kept))} train on in place" if kept else "",
+            )
+            if part
+        )
         return Decision(
-            Action.CREATE_MISSING, Reason.CREATING, f"creating {', '.join(missing)}", _soonest(timers)
+            Action.CREATE_MISSING, Reason.CREATING, message, _soonest(timers), kept=tuple(sorted(kept))
         )
 
     return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
+
+
+def kept_in_place(status: JobStatus, observed: Observed) -> tuple[PodView, ...]:
+    """The pods of the attempt before an in-place restart (status.lastRestart.inPlace) that the current
+    attempt keeps: still running, not being deleted or taken away. The others go, as in any restart; these
+    are relabelled with the current attempt once the others are gone, and their trainers train on."""
+    last = status.last_restart
+    if last is None or not last.in_place:
+        return ()
+    running = (PodState.RUNNING, PodState.READY)
+    return tuple(
+        p
+        for p in observed.not_of_attempt(status.attempt)
+        if p.attempt == status.attempt - 1
+        and p.state in running
+        and not p.terminating
+        and not p.disruption
+        and p.role not in OUTSIDE_THE_GANG
+    )
+
+
+# How members end when their processes may still hold a collective open (a node gone silent; a pod gone
+# before its end was seen): their peers may be stuck in it, so the whole gang is recreated.
+NOT_IN_PLACE: Final = frozenset({"NodeLost", "Vanished"})
+
+
+def _in_place(spec: DistributedTrainingJobSpec, ended: list[PodView]) -> bool:
+    return spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE and not any(
+        pod.reason in NOT_IN_PLACE for pod in ended
+    )
 
 
 def _replace_members(
@@ -461,7 +505,14 @@ def _on_abnormal_end(
             )
         avoid = _bad_node(status, ended)
         then = f"; the next attempts keep off node {avoid}" if avoid else ""
-        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause + then, step=step, avoid=avoid)
+        return Decision(
+            Action.RESTART_GANG,
+            Reason.PREEMPTED,
+            cause + then,
+            step=step,
+            avoid=avoid,
+            in_place=_in_place(spec, ended) and avoid is None,
+        )
 
     if preflight := next((pod for pod in ended if pod.reason == PREFLIGHT_FAILED), None):
         # The network, not the code: failing fast beats restarting onto the same fabric (and is not
@@ -494,6 +545,7 @@ def _on_abnormal_end(
         backoff_seconds(status.restarts.failures + 1),
         step=step,
         failures=failures,
+        in_place=_in_place(spec, ended),
     )
 
 

@@ -151,6 +151,7 @@ def next_status(
             time=timestamp(now),
             step=decision.step,
             failures=list(decision.failures),
+            in_place=decision.in_place or None,
         )
         conditions.set(
             ConditionType.RESTARTING, "True", decision.reason, f"attempt {attempt}: {decision.message}"
@@ -174,7 +175,10 @@ def next_status(
     )
     created_attempt = attempt if action == Action.CREATE_MISSING or all_present else old.created_attempt
     if action == Action.CREATE_MISSING or (all_present and old.created_attempt != attempt):
-        conditions.set(ConditionType.CREATED, "True", "Created", f"created the pods of attempt {attempt}")
+        kept = f"; {', '.join(decision.kept)} train on in place" if decision.kept else ""
+        conditions.set(
+            ConditionType.CREATED, "True", "Created", f"created the pods of attempt {attempt}{kept}"
+        )
         if start_time is None:
             start_time = timestamp(now)
     if resumed:

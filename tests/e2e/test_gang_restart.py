@@ -123,6 +123,44 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     assert 0 < goodput["productiveSeconds"] < goodput["wallSeconds"] and 0 < goodput["percent"] < 100, goodput
 
 
+def test_an_evicted_worker_of_an_in_place_job_is_replaced_while_the_other_trains_on_in_its_pod(
+    cluster_c: Cluster,
+    crd: dict[str, Any],
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runPolicy.restartStrategy InPlace: worker 1 evicted, worker 0's pod (and its process) kept. The
+    kubelet rewrites worker 0's attempt file when the operator relabels it; its trainer joins attempt 2
+    beside worker 1's new pod, from the step the two saved together on the eviction's SIGTERM."""
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    name = "restart-in-place"
+    job = restart_job(name)
+    job["spec"]["runPolicy"]["restartStrategy"] = "InPlace"
+    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+        jobs.create(job)
+        kept = wait_for(lambda: next((p for p in jobs.pods(name) if p.metadata.name.endswith("worker-0")), None),
+                        "worker 0's pod", timeout=60)  # fmt: skip
+        seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, evict)
+        assert seen < STEPS, "the run ended before it could be disrupted"
+    status = jobs.get(name)["status"]
+    assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
+    assert status["lastRestart"]["inPlace"] is True, status["lastRestart"]
+    pods = {p.metadata.name: p for p in jobs.pods(name)}
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods.values()} == {"2"}
+    assert pods[f"{name}-worker-0"].metadata.uid == kept.metadata.uid, "worker 0's pod was recreated"
+    log = core.read_namespaced_pod_log(f"{name}-worker-0", namespace)
+    assert "attempt 2: training on in place" in log, log[-3000:]
+    result = result_line(core, namespace, f"{name}-worker-0")
+    assert seen <= result["resumed_from_step"] < STEPS, result
+    assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
+    assert result_line(core, namespace, f"{name}-worker-1")["weights_sha256"] == result["weights_sha256"]
+    cost = status["goodput"]["lastRestart"]
+    assert cost["attempt"] == 2 and cost["restoreSeconds"] >= 0, status["goodput"]
+
+
 def newest_checkpoint(example: str, directory: Path) -> int | None:
     if example == "hf-accelerate-digits":  # the Trainer's own checkpoint-N directories
         steps = [

@@ -8,7 +8,8 @@ examples/. Only what a pod network and the kubelet would provide is substituted:
   the image's PYTHONPATH points at the examples;
 - the directories the job mounts (checkpoint.path, output.modelDir) are set in the job to a temporary
   directory before rendering, and DTJ_METRICS_PORT / DTJ_TERMINATION_MESSAGE_PATH get per-process
-  values (a pod has its own port space and its own /dev/termination-log).
+  values (a pod has its own port space and its own /dev/termination-log), and DTJ_ATTEMPT_FILE (the
+  downward API's file of the pod's attempt label, under restartStrategy InPlace) a file of each pod's.
 Everything else is the operator's env, verbatim (CLUSTER_SPEC keeps its DNS names: nothing here reads it).
 """
 
@@ -134,6 +135,7 @@ class LocalGang:
         self._workdir = workdir
         self._specs = pods
         self._addresses = _local_addresses(pods)
+        self._attempt_files: dict[str, Path] = {}
 
     def start(self) -> LocalGang:
         for pod in self._specs:
@@ -153,6 +155,22 @@ class LocalGang:
         assert gone.process.poll() is not None, f"{gone.name} still runs"
         self._start(next(pod for pod in self._specs if pod["metadata"]["name"] == gone.name))
         return self.pods[gone.name]
+
+    def keep_for_attempt(self, suffix: str, attempt: int) -> None:
+        """What an in-place restart does to a member it keeps: the operator relabels the pod with the
+        attempt, and the kubelet swaps the downward API's file for one that says so."""
+        path = self._attempt_files[self.pod_named(suffix).name]
+        staged = path.with_suffix(".staged")
+        staged.write_text(str(attempt))
+        staged.replace(path)
+
+    def replace_with(self, pod: Mapping[str, Any]) -> LocalPod:
+        """A new pod from `pod` (rendered for a later attempt) in the place of its namesake, which has
+        exited: a lost member of an in-place restart."""
+        name = pod["metadata"]["name"]
+        assert self.pods[name].process.poll() is not None, f"{name} still runs"
+        self._start(pod)
+        return self.pods[name]
 
     def wait_all(self, timeout: float) -> dict[str, int]:
         deadline = time.monotonic() + timeout
@@ -209,6 +227,10 @@ class LocalGang:
             "DTJ_TERMINATION_MESSAGE_PATH": str(termination_message_path),
         }
         env.update(self._localized(_env_of(container)))
+        if "DTJ_ATTEMPT_FILE" in env:
+            attempt_file = self._attempt_files[name] = self._workdir / f"{name}.attempt"
+            attempt_file.write_text(env["DTJ_ATTEMPT"])
+            env["DTJ_ATTEMPT_FILE"] = str(attempt_file)
         argv = [*container.get("command", []), *container.get("args", [])]
         argv = [sys.executable if arg in ("python", "python3") else arg for arg in argv]
         log_path = self._workdir / f"{name}.attempt-{env.get('DTJ_ATTEMPT', '0')}.log"

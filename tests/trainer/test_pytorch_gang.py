@@ -113,6 +113,47 @@ def test_sigterm_to_one_rank_saves_a_checkpoint_and_exits_preempted_within_the_b
     )
 
 
+@pytest.mark.parametrize(
+    ("lost", "how"),
+    [
+        pytest.param("worker-1", signal.SIGTERM, id="rank 1 preempted (SIGTERM: the ranks save together)"),
+        pytest.param(
+            "worker-0", signal.SIGKILL, id="rank 0, the store's host, killed (the collective breaks)"
+        ),
+    ],
+)
+def test_in_place_restart_keeps_the_survivors_process_and_ends_bitwise_equal(
+    uninterrupted_ddp: Results, tmp_path: Path, lost: str, how: signal.Signals
+) -> None:
+    job = local_job("ddp-digits-in-place.yaml", tmp_path)
+    checkpoints = checkpoints_of(job)
+    kept = "worker-1" if lost == "worker-0" else "worker-0"
+    with running(rendered_pods(job, attempt=1), tmp_path) as gang:
+        gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
+        survivor = gang.pod_named(kept)
+        gang.pod_named(lost).signal(how)
+        code = gang.pod_named(lost).wait(RUN_TIMEOUT_S)
+        assert code == (PREEMPTED_CHECKPOINT_SAVED if how == signal.SIGTERM else -signal.SIGKILL)
+        # The survivor ends its round and waits for the operator; it does not exit.
+        wait_for(lambda: "waiting to train on in this process" in survivor.log(), "the survivor to wait", 60)
+        assert survivor.process.poll() is None, survivor.log()
+        resume_at = checkpoints.latest_step()
+        # The operator: the lost member's pod gone, the survivor relabelled, a new pod of attempt 2.
+        gang.keep_for_attempt(kept, 2)
+        gang.replace_with(
+            next(p for p in rendered_pods(job, attempt=2) if p["metadata"]["name"].endswith(lost))
+        )
+        codes = gang.wait_all(RUN_TIMEOUT_S)
+        results = {name: pod.result() for name, pod in gang.pods.items()}
+    assert set(codes.values()) == {0}, gang.logs()
+    assert gang.pods[survivor.name] is survivor, "the survivor's process was replaced"
+    assert "attempt 2: training on in place" in survivor.log()
+    assert {result["resumed_from_step"] for result in results.values()} == {resume_at}
+    assert the_one({result["weights_sha256"] for result in results.values()}) == the_one(
+        {result["weights_sha256"] for result in uninterrupted_ddp.values()}
+    )
+
+
 def test_fsdp_gang_trains_and_a_restarted_gang_loads_its_sharded_checkpoint(tmp_path: Path) -> None:
     job = local_job("fsdp-digits.yaml", tmp_path)
     trained = train(job, attempt=0, workdir=tmp_path)

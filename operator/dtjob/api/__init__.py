@@ -29,6 +29,7 @@ from dtjob.api.spec import (
     NcclProfileName,
     ReplicaSpec,
     RestartPolicy,
+    RestartStrategy,
     Role,
     SuccessPolicy,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "ReplicaStatus",
     "RestartCost",
     "RestartPolicy",
+    "RestartStrategy",
     "Restarts",
     "Role",
     "Rule",

@@ -94,6 +94,16 @@ class RestartPolicy(StrEnum):
 TRAINER_CHECKPOINT_SAVED_EXIT_CODE: Final = 200
 
 
+class RestartStrategy(StrEnum):
+    """How a gang restart after a preemption or a retryable failure comes back (docs/fault-tolerance.md).
+    Recreate: every pod is deleted and created again. InPlace: the pods still running stay, and the
+    trainer runtime in each trains the next attempt in the same process (dtjob_trainer's
+    `train_in_rounds`); only the members that are gone get new pods."""
+
+    RECREATE = "Recreate"
+    IN_PLACE = "InPlace"
+
+
 class CleanPodPolicy(StrEnum):
     """Which pods are deleted when the job finishes: Running (those not finished), All, or None."""
 
@@ -324,6 +334,10 @@ class RunPolicy(WireModel):
     """Gang restarts, deadlines, cleanup and suspension."""
 
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    restart_strategy: RestartStrategy = RestartStrategy.RECREATE
+    """InPlace keeps the running members' pods through a restart after a preemption or a retryable
+    failure; their trainers must train in rounds (dtjob_trainer's `train_in_rounds`). A lost node, a hang
+    or a slow rank still recreate the whole gang."""
     backoff_limit: Annotated[int, Field(ge=0, le=1000)] = 3
     """Gang restarts after failures before the job fails. Preemptions are not charged here."""
     stop_on_repeated_failure: bool = True
@@ -521,6 +535,17 @@ class DistributedTrainingJobSpec(WireModel):
         *(_rank_zero_rule(f) for f in Framework if set(FRAMEWORK_ROLES[f]) - set(RANK_ZERO_ROLES[f])),
         PS_NEEDS_CHIEF,
         *ELASTIC_RULES,
+        Rule(
+            cel="!has(self.runPolicy) || !has(self.runPolicy.restartStrategy) "
+            f"|| self.runPolicy.restartStrategy != '{RestartStrategy.IN_PLACE}' "
+            f"|| ({_is(Framework.PYTORCH)} && !({_ELASTIC}))",
+            message="spec.runPolicy.restartStrategy InPlace needs spec.framework PyTorch without "
+            "spec.torch.elastic (the trainer runtime's rounds rebuild a torch.distributed process group)",
+            holds=lambda s: (
+                s.run_policy.restart_strategy != RestartStrategy.IN_PLACE
+                or (s.framework == Framework.PYTORCH and s.torch.elastic is None)
+            ),
+        ),
         Rule(
             cel=f"{_is(Framework.PYTORCH)} || !has(self.nccl) || !has(self.nccl.preflight) "
             "|| !has(self.nccl.preflight.enabled) || !self.nccl.preflight.enabled",

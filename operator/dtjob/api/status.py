@@ -138,6 +138,9 @@ class LastRestart(StatusModel):
     time: Timestamp
     step: int | None = None
     """The step training had reached (the progress reports' latest) when the gang broke."""
+    in_place: bool | None = None
+    """True when the members still running keep their pods and train the next attempt in place
+    (runPolicy.restartStrategy InPlace); unset when the whole gang is recreated."""
     # Written only after a failure: the next attempt failing the same way ends the job (RepeatedFailure).
     failures: Annotated[list[FailureSignature], Field(max_length=4)] = Field(
         default_factory=list, exclude_if=lambda failures: not failures

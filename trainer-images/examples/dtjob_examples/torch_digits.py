@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -21,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from dtjob_trainer.environment import TrainerEnvironment
 from dtjob_trainer.process_end import end_process
-from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
+from dtjob_trainer.pytorch.distributed import DistributedContext
 from dtjob_trainer.pytorch.rng import seed_everything
+from dtjob_trainer.pytorch.rounds import train_in_rounds
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
 from dtjob_trainer.pytorch.session import TrainingSession, open_session
 from dtjob_trainer.pytorch.state import TrainingState
@@ -34,7 +36,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
-from dtjob_examples.digits import CLASSES, FEATURES, load_digits_split
+from dtjob_examples.digits import CLASSES, FEATURES, DigitsSplit, load_digits_split
 from dtjob_examples.reporting import configure_logging, print_result
 
 Parallelism = Literal["ddp", "fsdp", "tp"]
@@ -186,60 +188,83 @@ def _faults(args: argparse.Namespace, session: TrainingSession, rank: int, attem
         threading.Event().wait()  # as a rank wedged in a collective: alive, silent, never stepping
 
 
+@dataclass(frozen=True)
+class Outcome:
+    rank: int
+    step: int
+    resumed_from: int | None
+    weights: dict[str, torch.Tensor]
+    test_accuracy: float
+
+
+def train(
+    parallelism: Parallelism,
+    args: argparse.Namespace,
+    data: DigitsSplit,
+    context: DistributedContext,
+    env: TrainerEnvironment,
+) -> Outcome:
+    """One round: the model built, resumed from the newest checkpoint, trained to the end."""
+    seed_everything(args.seed)
+    device = context.device
+    model = parallelize(build_model().to(device), parallelism, context)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    train_set = TensorDataset(torch.from_numpy(data.x_train), torch.from_numpy(data.y_train))
+    # Tensor parallel ranks hold parts of one model replica: they all train on the same batch.
+    data_replicas, data_rank = (1, 0) if parallelism == "tp" else (context.world_size, context.rank)
+    sampler = ResumableDistributedSampler(
+        train_set, num_replicas=data_replicas, rank=data_rank, shuffle=True, seed=args.seed
+    )
+    steps_per_epoch = math.ceil(sampler.num_samples / args.batch_size)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
+    loader = epoch_loader(train_set, sampler, args)
+    state = TrainingState(model, optimizer, scheduler)
+    with open_session(
+        env,
+        context,
+        state,
+        checkpoint_every_steps=args.checkpoint_every,
+        checkpoint_layout="replicated" if parallelism == "ddp" else "sharded",
+        asynchronous_checkpoints=args.async_checkpoints,
+        total_steps=args.epochs * steps_per_epoch,
+    ) as session:
+        resumed_from = session.resume()
+        for x, y in training_batches(session, sampler, loader, args):
+            if context.rank == args.slow_rank:
+                time.sleep(args.slow_step_seconds)  # as a throttled GPU or a slow data path would
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            # The session counts a step's samples as this rank's times the world size.
+            session.end_of_step(loss.item(), samples=len(y) * data_replicas // context.world_size)
+            _faults(args, session, context.rank, env.attempt)
+    weights = full_weights(model)
+    test_accuracy = accuracy(
+        model, torch.from_numpy(data.x_test).to(device), torch.from_numpy(data.y_test).to(device)
+    )
+    return Outcome(context.rank, state.progress.step, resumed_from, weights, test_accuracy)
+
+
 def run(parallelism: Parallelism, argv: Sequence[str]) -> int:
     args = argument_parser().parse_args(argv)
     configure_logging()
     env = TrainerEnvironment.from_environ()
-    seed_everything(args.seed)
     data = load_digits_split()
-    with distributed(env.torch, env.rendezvous_timeout_s, env.termination_message_path) as context:
-        device = context.device
-        model = parallelize(build_model().to(device), parallelism, context)
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-        train_set = TensorDataset(torch.from_numpy(data.x_train), torch.from_numpy(data.y_train))
-        # Tensor parallel ranks hold parts of one model replica: they all train on the same batch.
-        data_replicas, data_rank = (1, 0) if parallelism == "tp" else (context.world_size, context.rank)
-        sampler = ResumableDistributedSampler(
-            train_set, num_replicas=data_replicas, rank=data_rank, shuffle=True, seed=args.seed
-        )
-        steps_per_epoch = math.ceil(sampler.num_samples / args.batch_size)
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
-        loader = epoch_loader(train_set, sampler, args)
-        state = TrainingState(model, optimizer, scheduler)
-        with open_session(
-            env,
-            context,
-            state,
-            checkpoint_every_steps=args.checkpoint_every,
-            checkpoint_layout="replicated" if parallelism == "ddp" else "sharded",
-            asynchronous_checkpoints=args.async_checkpoints,
-            total_steps=args.epochs * steps_per_epoch,
-        ) as session:
-            resumed_from = session.resume()
-            for x, y in training_batches(session, sampler, loader, args):
-                if context.rank == args.slow_rank:
-                    time.sleep(args.slow_step_seconds)  # as a throttled GPU or a slow data path would
-                x, y = x.to(device), y.to(device)
-                optimizer.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                # The session counts a step's samples as this rank's times the world size.
-                session.end_of_step(loss.item(), samples=len(y) * data_replicas // context.world_size)
-                _faults(args, session, context.rank, env.attempt)
-        weights = full_weights(model)
-        test_accuracy = accuracy(
-            model, torch.from_numpy(data.x_test).to(device), torch.from_numpy(data.y_test).to(device)
-        )
+    # Under runPolicy.restartStrategy InPlace, a gang restart trains the next attempt in this process.
+    outcome = train_in_rounds(
+        env, lambda context, round_env: train(parallelism, args, data, context, round_env)
+    )
     return finish(
         args,
         env,
-        context.rank,
-        step=state.progress.step,
-        resumed_from=resumed_from,
-        weights=weights,
-        test_accuracy=test_accuracy,
+        outcome.rank,
+        step=outcome.step,
+        resumed_from=outcome.resumed_from,
+        weights=outcome.weights,
+        test_accuracy=outcome.test_accuracy,
     )
 
 

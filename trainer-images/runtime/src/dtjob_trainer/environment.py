@@ -5,7 +5,9 @@ Contract (docs/trainer-runtime.md): PyTorch reads MASTER_ADDR, MASTER_PORT, WORL
 reads TF_CONFIG; every pod gets DTJ_JOB_NAME, DTJ_ROLE, DTJ_REPLICA_INDEX, DTJ_ATTEMPT,
 DTJ_CHECKPOINT_DIR and the Vertex-style AIP_* directories. Knobs a user may set in the pod template:
 DTJ_RENDEZVOUS_TIMEOUT_SECONDS, DTJ_PREEMPTION_BUDGET_SECONDS, DTJ_METRICS_PORT,
-DTJ_TERMINATION_MESSAGE_PATH.
+DTJ_TERMINATION_MESSAGE_PATH, DTJ_NEXT_ATTEMPT_TIMEOUT_SECONDS. Under runPolicy.restartStrategy InPlace
+the operator adds DTJ_ATTEMPT_FILE: the pod's current attempt, which changes when the pod is kept for the
+next one (DTJ_ATTEMPT stays the attempt the pod was created in).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS = 600.0
 DEFAULT_PREEMPTION_BUDGET_SECONDS = 10.0
 DEFAULT_METRICS_PORT = 9400
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# How long a member kept by an in-place restart waits for the operator to start the next attempt: past a
+# failure restart's backoff (at most 300 s) and failureSettleSeconds' default, with room to spare.
+DEFAULT_NEXT_ATTEMPT_TIMEOUT_SECONDS = 900.0
 
 _Number = TypeVar("_Number", int, float)
 
@@ -69,6 +74,9 @@ class TrainerEnvironment:
     preemption_budget_s: float
     metrics_port: int | None
     termination_message_path: Path
+    attempt_file: Path | None = None
+    """Where the pod's current attempt is (runPolicy.restartStrategy InPlace); None: one attempt a pod."""
+    next_attempt_timeout_s: float = DEFAULT_NEXT_ATTEMPT_TIMEOUT_SECONDS
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> TrainerEnvironment:
@@ -93,6 +101,10 @@ class TrainerEnvironment:
             metrics_port=metrics_port or None,
             termination_message_path=Path(
                 environ.get("DTJ_TERMINATION_MESSAGE_PATH", DEFAULT_TERMINATION_MESSAGE_PATH)
+            ),
+            attempt_file=Path(attempt_file) if (attempt_file := environ.get("DTJ_ATTEMPT_FILE")) else None,
+            next_attempt_timeout_s=_seconds(
+                environ, "DTJ_NEXT_ATTEMPT_TIMEOUT_SECONDS", DEFAULT_NEXT_ATTEMPT_TIMEOUT_SECONDS
             ),
         )
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
@@ -34,8 +35,14 @@ class DistributedContext:
         return self.rank == 0
 
 
-def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -> DistributedContext:
+def init_distributed(
+    rendezvous: TorchRendezvous, rendezvous_timeout_s: float, attempt: int = 0
+) -> DistributedContext:
     """Initialise the default process group, waiting up to `rendezvous_timeout_s` for rank 0.
+
+    The ranks meet in rank 0's TCP store under a prefix of the attempt: a process still in an earlier
+    attempt cannot take part in this one's rendezvous (under an in-place restart, rank 0's process serves
+    a new store for each attempt it trains).
 
     Raises reachability.RendezvousTimeout when rank 0's name does not resolve or its port does not
     accept connections in time.
@@ -55,14 +62,21 @@ def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -
         wait_until_resolvable(host, port, deadline)
         if rendezvous.rank != 0:
             wait_until_accepting(host, port, deadline)
-        bracketed = f"[{host}]" if ":" in host else host  # an IPv6 literal
         log.info(
             "joining %s process group at %s:%d as rank %d of %d",
             backend, host, port, rendezvous.rank, rendezvous.world_size,
         )  # fmt: skip
+        store = dist.TCPStore(
+            host,
+            port,
+            rendezvous.world_size,
+            is_master=rendezvous.rank == 0,
+            timeout=timedelta(seconds=rendezvous_timeout_s),
+            wait_for_workers=False,
+        )
         dist.init_process_group(
             backend,
-            init_method=f"tcp://{bracketed}:{port}",
+            store=dist.PrefixStore(f"dtjob/attempt/{attempt}", store),
             rank=rendezvous.rank,
             world_size=rendezvous.world_size,
         )
@@ -77,7 +91,10 @@ def init_distributed(rendezvous: TorchRendezvous, rendezvous_timeout_s: float) -
 
 @contextmanager
 def distributed(
-    rendezvous: TorchRendezvous, rendezvous_timeout_s: float, crash_log: Path | None = None
+    rendezvous: TorchRendezvous,
+    rendezvous_timeout_s: float,
+    crash_log: Path | None = None,
+    attempt: int = 0,
 ) -> Iterator[DistributedContext]:
     """init_distributed, and destroy the process group on the way out (also on SystemExit).
 
@@ -91,7 +108,7 @@ def distributed(
     stderr without one."""
     with contextlib.suppress(AttributeError, ValueError, OSError):  # a stderr with no file descriptor
         faulthandler.enable(_crash_stream(crash_log), all_threads=True)
-    context = init_distributed(rendezvous, rendezvous_timeout_s)
+    context = init_distributed(rendezvous, rendezvous_timeout_s, attempt)
     try:
         yield context
         dist.barrier()

@@ -30,6 +30,7 @@ from dtjob_trainer.progress_report import ProgressPoster
 from dtjob_trainer.pytorch.checkpoint import CheckpointLayout, CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext
 from dtjob_trainer.pytorch.own_time import OwnStepClock
+from dtjob_trainer.pytorch.rounds import RoundEnded
 from dtjob_trainer.pytorch.state import TrainingState
 from dtjob_trainer.termination import TerminationSignal
 
@@ -39,7 +40,9 @@ class TrainingSession:
 
     A SIGTERM on any rank makes all ranks agree (an all-reduce each step) to stop after the same step:
     a rank that left alone would leave the others hanging in their next collective. They save that
-    step and exit with PREEMPTED_CHECKPOINT_SAVED.
+    step and exit with PREEMPTED_CHECKPOINT_SAVED; with `in_place` (runPolicy.restartStrategy InPlace),
+    only the ranks that got the SIGTERM do: the others end the round (RoundEnded) and train on in the
+    next attempt (rounds.train_in_rounds).
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class TrainingSession:
         poster: ProgressPoster | None = None,
         asynchronous_checkpoints: bool = False,
         own_time: OwnStepClock | None = None,
+        in_place: bool = False,
     ) -> None:
         if checkpoint_every_steps < 1:
             raise ValueError(f"checkpoint_every_steps must be at least 1, got {checkpoint_every_steps}")
@@ -66,6 +70,7 @@ class TrainingSession:
         self._poster = poster
         self._asynchronous = asynchronous_checkpoints
         self._own_time = own_time
+        self._in_place = in_place
 
     def resume(self) -> int | None:
         """Load the latest checkpoint, if any, into the state; the step it resumed from."""
@@ -120,8 +125,10 @@ class TrainingSession:
 
     def _save_and_exit(self) -> NoReturn:
         self.checkpoints.save(self.state)
-        self.termination.checkpoint_saved(self.state.progress.step)
         self._report_checkpoint()
+        if self._in_place and not self.termination.requested:
+            raise RoundEnded(self.state.progress.step)
+        self.termination.checkpoint_saved(self.state.progress.step)
         raise SystemExit(PREEMPTED_CHECKPOINT_SAVED)
 
     def _report_checkpoint(self) -> None:
@@ -175,4 +182,5 @@ def open_session(
             poster=poster,
             asynchronous_checkpoints=asynchronous_checkpoints,
             own_time=own_time,
+            in_place=env.attempt_file is not None,
         )

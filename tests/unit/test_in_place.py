@@ -1,0 +1,137 @@
+"""runPolicy.restartStrategy InPlace in whole passes: which pods a restart keeps, when they move to the
+next attempt, and when the whole gang is recreated after all."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from dtjob.desired import ATTEMPT_FILE, ATTEMPT_VOLUME
+from dtjob.names import ATTEMPT_LABEL
+from dtjob.plan import Relabel, reconcile
+from tests.unit.builders import (
+    NOW,
+    deleting,
+    disrupted_while_running,
+    exited,
+    node,
+    pods_of,
+    preempted,
+    running,
+)
+from tests.unit.test_plan import JOB, NAMES, after, applied, deleted
+
+IN_PLACE = {**JOB, "spec": {**JOB["spec"], "runPolicy": {"restartStrategy": "InPlace"}}}
+
+
+def restarted(children: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
+    """IN_PLACE after the pass that recorded attempt 2 for `children` (attempt 1's pods)."""
+    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    job["status"].update(status)
+    return after(job, reconcile(job, children, NOW + timedelta(seconds=1)))
+
+
+def moved_to(attempt: int, pod: dict[str, Any]) -> Relabel:
+    return Relabel(pod["metadata"]["name"], pod["metadata"]["uid"], {ATTEMPT_LABEL: str(attempt)}, {})
+
+
+def test_a_preempted_member_is_replaced_and_the_running_members_move_to_the_next_attempt() -> None:
+    pods = pods_of(IN_PLACE)
+    master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    children = [running(master), preempted(evicted), running(kept)]
+    job = restarted(children)
+    assert (job["status"]["attempt"], job["status"]["restarts"]["preemptions"]) == (2, 1)
+    assert job["status"]["lastRestart"]["inPlace"] is True
+
+    # The preempted pod goes; the running ones stay, and nothing starts before the lost pod is gone.
+    teardown = reconcile(job, children, NOW + timedelta(seconds=2))
+    assert deleted(teardown) == ["mnist-worker-0"]
+    assert teardown.create == [] and teardown.relabel == []
+    going = [running(master), deleting(preempted(evicted)), running(kept)]
+    assert reconcile(job, going, NOW + timedelta(seconds=3)).relabel == []
+
+    # Gone: the survivors are relabelled (their trainers see the attempt change), one pod is created.
+    resume = reconcile(job, [running(master), running(kept)], NOW + timedelta(seconds=4))
+    assert resume.delete == [] and applied(resume) == ["Service/mnist", "Pod/mnist-worker-0"]
+    assert resume.relabel == [moved_to(2, master), moved_to(2, kept)]
+    assert resume.create[0]["metadata"]["labels"][ATTEMPT_LABEL] == "2"
+    assert resume.status is not None and resume.status["createdAttempt"] == 2
+    resumed = after(job, resume)
+    created = next(c for c in resumed["status"]["conditions"] if c["type"] == "Created")
+    assert (
+        created["message"]
+        == "created the pods of attempt 2; mnist-master-0, mnist-worker-1 train on in place"
+    )
+
+    # The next pass sees attempt 2 whole: nothing more to write to the pods.
+    attempt2 = pods_of(IN_PLACE, attempt=2)
+    whole = [running(attempt2[name]) for name in NAMES]
+    settled = reconcile(resumed, whole, NOW + timedelta(seconds=5))
+    assert settled.create == settled.delete == settled.relabel == []
+    assert after(resumed, settled)["status"]["phase"] == "Running"
+
+
+def test_the_pods_of_an_in_place_job_read_their_attempt_from_a_file_the_kubelet_keeps() -> None:
+    pod = pods_of(IN_PLACE)["mnist-worker-0"]
+    trainer = pod["spec"]["containers"][0]
+    assert {"name": "DTJ_ATTEMPT_FILE", "value": ATTEMPT_FILE} in trainer["env"]
+    assert ATTEMPT_VOLUME in pod["spec"]["volumes"]
+    assert {"name": "dtj-attempt", "mountPath": "/etc/dtjob/attempt"} in trainer["volumeMounts"]
+    recreated = pods_of(JOB)["mnist-worker-0"]
+    assert all(v["name"] != "dtj-attempt" for v in recreated["spec"].get("volumes") or [])
+
+
+def test_after_a_failure_the_survivors_move_on_only_once_the_backoff_is_over() -> None:
+    pods = pods_of(IN_PLACE)
+    master, crashed, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    children = [running(master), exited(crashed, 1), running(kept)]
+    job = restarted(children, brokenSince="2030-01-01T11:59:00Z")  # the settle window is over
+    assert job["status"]["lastRestart"]["inPlace"] is True
+    assert job["status"]["restarts"]["failures"] == 1
+    assert deleted(reconcile(job, children, NOW + timedelta(seconds=2))) == ["mnist-worker-0"]
+    survivors = [running(master), running(kept)]
+    waiting = reconcile(job, survivors, NOW + timedelta(seconds=3))
+    assert waiting.create == waiting.relabel == waiting.delete == [] and waiting.requeue_after == 3.0
+    resume = reconcile(job, survivors, NOW + timedelta(seconds=6))
+    assert [p["metadata"]["name"] for p in resume.create] == ["mnist-worker-0"]
+    assert resume.relabel == [moved_to(2, master), moved_to(2, kept)]
+
+
+def test_a_member_that_ends_while_it_waits_is_replaced_too() -> None:
+    pods = pods_of(IN_PLACE)
+    master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    job = restarted([running(master), preempted(evicted), running(kept)])
+    plan = reconcile(job, [running(master), exited(kept, 1)], NOW + timedelta(seconds=2))
+    assert deleted(plan) == ["mnist-worker-1"] and plan.create == plan.relabel == []
+    plan = reconcile(job, [running(master)], NOW + timedelta(seconds=3))
+    assert [p["metadata"]["name"] for p in plan.create] == ["mnist-worker-0", "mnist-worker-1"]
+    assert plan.relabel == [moved_to(2, master)]
+    # A member being taken away meanwhile is not kept either.
+    going = disrupted_while_running(kept, "EvictionByEvictionAPI")
+    assert deleted(reconcile(job, [running(master), going], NOW + timedelta(seconds=3))) == ["mnist-worker-1"]
+
+
+def test_a_lost_node_recreates_the_whole_gang() -> None:
+    """Its pod's processes may still hold a collective open (no one closed their sockets): the peers
+    may wait in it until the collective's timeout, so they are not kept."""
+    pods = pods_of(IN_PLACE)
+    children = [
+        running(pods["mnist-master-0"]),
+        running(pods["mnist-worker-0"]),
+        running(pods["mnist-worker-1"]),
+    ]
+    lost = node(ready=False, since="2030-01-01T11:58:00Z")
+    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    plan = reconcile(job, children, NOW + timedelta(seconds=1), nodes=[lost])
+    restarting = after(job, plan)
+    assert restarting["status"]["attempt"] == 2 and "inPlace" not in restarting["status"]["lastRestart"]
+    assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=[lost]))) == NAMES
+
+
+def test_a_suspension_during_an_in_place_restart_takes_the_kept_pods_too() -> None:
+    pods = pods_of(IN_PLACE)
+    master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    job = restarted([running(master), preempted(evicted), running(kept)])
+    suspended = {**job, "spec": {**job["spec"], "runPolicy": {"restartStrategy": "InPlace", "suspend": True}}}
+    plan = reconcile(suspended, [running(master), running(kept)], NOW + timedelta(seconds=2))
+    assert deleted(plan) == ["mnist-master-0", "mnist-worker-1"] and plan.relabel == []
