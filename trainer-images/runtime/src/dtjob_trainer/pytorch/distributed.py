@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,8 @@ def init_distributed(
 
     The ranks meet in rank 0's TCP store under a prefix of the attempt: a process still in an earlier
     attempt cannot take part in this one's rendezvous (under an in-place restart, rank 0's process serves
-    a new store for each attempt it trains).
+    a new store for each attempt it trains). Under torchrun, in its agent's store, as torch's own
+    rendezvous does.
 
     Raises reachability.RendezvousTimeout when rank 0's name does not resolve or its port does not
     accept connections in time.
@@ -66,20 +68,31 @@ def init_distributed(
             "joining %s process group at %s:%d as rank %d of %d",
             backend, host, port, rendezvous.rank, rendezvous.world_size,
         )  # fmt: skip
-        store = dist.TCPStore(
-            host,
-            port,
-            rendezvous.world_size,
-            is_master=rendezvous.rank == 0,
-            timeout=timedelta(seconds=rendezvous_timeout_s),
-            wait_for_workers=False,
-        )
-        dist.init_process_group(
-            backend,
-            store=dist.PrefixStore(f"dtjob/attempt/{attempt}", store),
-            rank=rendezvous.rank,
-            world_size=rendezvous.world_size,
-        )
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+            # Under torchrun, its agent serves the store (a new one for each of its rounds): torch's own
+            # rendezvous makes every rank a client of it.
+            bracketed = f"[{host}]" if ":" in host else host  # an IPv6 literal
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{bracketed}:{port}",
+                rank=rendezvous.rank,
+                world_size=rendezvous.world_size,
+            )
+        else:
+            store = dist.TCPStore(
+                host,
+                port,
+                rendezvous.world_size,
+                is_master=rendezvous.rank == 0,
+                timeout=timedelta(seconds=rendezvous_timeout_s),
+                wait_for_workers=False,
+            )
+            dist.init_process_group(
+                backend,
+                store=dist.PrefixStore(f"dtjob/attempt/{attempt}", store),
+                rank=rendezvous.rank,
+                world_size=rendezvous.world_size,
+            )
     return DistributedContext(
         rank=rendezvous.rank,
         world_size=rendezvous.world_size,
