@@ -106,6 +106,9 @@ class PodView:
     disruption: str = ""
     """Why Kubernetes seems to be taking a pod away that has not ended as disrupted (yet): a
     DisruptionTarget condition, or its node NotReady, gone or tainted to go. Empty when nothing says so."""
+    node_silent: bool = False
+    """Not ended, on a node that is not Ready or is gone: its processes may still hold their sockets open
+    (no kubelet stopped them), so a peer may wait on them until a collective times out."""
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -421,10 +424,18 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         stuck=stuck_at is not None and now >= stuck_at,
         recheck_at=min((t for t in (node_lost_at, image_error_at, stuck_at) if t and t > now), default=None),
         disruption=_disruption(conditions, node, nodes) if _node_matters(pod) else "",
+        node_silent=_node_matters(pod) and _node_silent(node, nodes),
         preflight=result_of(str(((preflight.get("state") or {}).get("terminated") or {}).get("message", ""))),
         labels=labels,
         annotations=meta.get("annotations") or {},
     )
+
+
+def _node_silent(node: str | None, nodes: Mapping[str, NodeView] | None) -> bool:
+    if not node or nodes is None:
+        return False
+    view = nodes.get(node)
+    return view is None or view.not_ready_since is not None
 
 
 def _disruption(

@@ -292,14 +292,12 @@ def kept_in_place(status: JobStatus, observed: Observed) -> tuple[PodView, ...]:
     )
 
 
-# How members end when their processes may still hold a collective open (a node gone silent; a pod gone
-# before its end was seen): their peers may be stuck in it, so the whole gang is recreated.
-NOT_IN_PLACE: Final = frozenset({"NodeLost", "Vanished"})
-
-
-def _in_place(spec: DistributedTrainingJobSpec, ended: list[PodView]) -> bool:
+def _in_place(spec: DistributedTrainingJobSpec, ended: list[PodView], current: dict[str, PodView]) -> bool:
+    """runPolicy.restartStrategy InPlace, unless a member's processes may still hold a collective open:
+    its node went silent or is gone (NodeLost, or not Ready yet), or it went before its end was seen
+    (Vanished). Their peers may be stuck in that collective: the whole gang is recreated."""
     return spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE and not any(
-        pod.reason in NOT_IN_PLACE for pod in ended
+        pod.reason == "Vanished" or pod.node_silent for pod in (*ended, *current.values())
     )
 
 
@@ -511,7 +509,7 @@ def _on_abnormal_end(
             cause + then,
             step=step,
             avoid=avoid,
-            in_place=_in_place(spec, ended) and avoid is None,
+            in_place=_in_place(spec, ended, current) and avoid is None,
         )
 
     if preflight := next((pod for pod in ended if pod.reason == PREFLIGHT_FAILED), None):
@@ -545,7 +543,7 @@ def _on_abnormal_end(
         backoff_seconds(status.restarts.failures + 1),
         step=step,
         failures=failures,
-        in_place=_in_place(spec, ended),
+        in_place=_in_place(spec, ended, current),
     )
 
 

@@ -128,6 +128,21 @@ def test_a_lost_node_recreates_the_whole_gang() -> None:
     assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=[lost]))) == NAMES
 
 
+def test_a_member_whose_node_stops_reporting_makes_the_restart_recreate_the_gang() -> None:
+    """Under a Spot VM that vanished, its peers crash first and its pod still runs on a node not Ready:
+    a preemption (docs: the settle window), but the survivors may wait on its sockets, so none is kept."""
+    pods = pods_of(IN_PLACE)
+    silent = running(pods["mnist-master-0"])
+    silent["spec"]["nodeName"] = "gpu-node-2"
+    children = [silent, exited(pods["mnist-worker-0"], 1), running(pods["mnist-worker-1"])]
+    nodes = [node(), node("gpu-node-2", ready="Unknown", since="2030-01-01T12:00:00Z")]
+    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    restarting = after(job, reconcile(job, children, NOW + timedelta(seconds=1), nodes=nodes))
+    assert restarting["status"]["restarts"]["preemptions"] == 1
+    assert "inPlace" not in restarting["status"]["lastRestart"]
+    assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=nodes))) == NAMES
+
+
 def test_a_suspension_during_an_in_place_restart_takes_the_kept_pods_too() -> None:
     pods = pods_of(IN_PLACE)
     master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
