@@ -150,3 +150,31 @@ def test_a_suspension_during_an_in_place_restart_takes_the_kept_pods_too() -> No
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"restartStrategy": "InPlace", "suspend": True}}}
     plan = reconcile(suspended, [running(master), running(kept)], NOW + timedelta(seconds=2))
     assert deleted(plan) == ["mnist-master-0", "mnist-worker-1"] and plan.relabel == []
+
+
+def test_a_crash_under_in_place_is_charged_after_the_settle_window_as_the_survivors_wait_running() -> None:
+    """Under Recreate the survivors of a crash exit too (their collective broke) and the failure is
+    charged at once; kept alive for the next attempt, they make the gang wait out failureSettleSeconds."""
+    pods = pods_of(IN_PLACE)
+    children = [
+        running(pods["mnist-master-0"]),
+        exited(pods["mnist-worker-0"], 1),
+        running(pods["mnist-worker-1"]),
+    ]
+    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    settling = reconcile(job, children, NOW + timedelta(seconds=1))
+    assert settling.requeue_after == 30.0 and settling.status is not None
+    assert settling.status["phase"] == "Restarting" and settling.status["restarts"]["total"] == 0
+
+
+def test_a_later_restart_that_recreates_clears_in_place_from_the_stored_status() -> None:
+    pods = pods_of(IN_PLACE)
+    master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    job = restarted([running(master), preempted(evicted), running(kept)])
+    job = after(job, reconcile(job, [running(master), running(kept)], NOW + timedelta(seconds=2)))
+    attempt2 = pods_of(IN_PLACE, attempt=2)
+    whole = [running(attempt2[name]) for name in NAMES]
+    job = after(job, reconcile(job, whole, NOW + timedelta(seconds=3)))
+    lost = node(ready="False", since="2030-01-01T11:58:00Z")  # every pod's node, silent
+    job = after(job, reconcile(job, whole, NOW + timedelta(seconds=4), nodes=[lost]))
+    assert job["status"]["attempt"] == 3 and "inPlace" not in job["status"]["lastRestart"]
