@@ -35,6 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.desired import render_children
+from dtjob.names import SPARE_LABEL
 from tests.ports import free_port
 from tests.waiting import wait_for
 
@@ -156,13 +157,21 @@ class LocalGang:
         self._start(next(pod for pod in self._specs if pod["metadata"]["name"] == gone.name))
         return self.pods[gone.name]
 
-    def keep_for_attempt(self, suffix: str, attempt: int) -> None:
-        """What an in-place restart does to a member it keeps: the operator relabels the pod with the
-        attempt, and the kubelet swaps the downward API's file for one that says so."""
+    def keep_for_attempt(self, suffix: str, attempt: int, rank: int | None = None) -> None:
+        """What an in-place restart does to a member it keeps, or to a spare that takes `rank`: the
+        operator relabels the pod with the attempt (and the rank), and the kubelet swaps the downward
+        API's files for ones that say so (the rank, and where rank 0 is: here, this machine)."""
         path = self._attempt_files[self.pod_named(suffix).name]
-        staged = path.with_suffix(".staged")
-        staged.write_text(str(attempt))
-        staged.replace(path)
+        if rank is not None:
+            _swap(path.with_name("rank"), str(rank))
+            _swap(path.with_name("rendezvous-host"), "127.0.0.1")
+        _swap(path, str(attempt))
+
+    def add(self, pod: Mapping[str, Any]) -> LocalPod:
+        """A pod started beside the gang's (a hot spare)."""
+        assert pod["metadata"]["name"] not in self.pods
+        self._start(pod)
+        return self.pods[pod["metadata"]["name"]]
 
     def replace_with(self, pod: Mapping[str, Any]) -> LocalPod:
         """A new pod from `pod` (rendered for a later attempt) in the place of its namesake, which has
@@ -228,8 +237,14 @@ class LocalGang:
         }
         env.update(self._localized(_env_of(container)))
         if "DTJ_ATTEMPT_FILE" in env:
-            attempt_file = self._attempt_files[name] = self._workdir / f"{name}.attempt"
-            attempt_file.write_text(env["DTJ_ATTEMPT"])
+            # The pod's own downward API volume: a spare's labels name no attempt or rank yet.
+            spare = pod["metadata"]["labels"].get(SPARE_LABEL) == "true"
+            files = self._workdir / f"{name}.attempt"
+            files.mkdir(exist_ok=True)
+            attempt_file = self._attempt_files[name] = files / "attempt"
+            attempt_file.write_text("" if spare else env["DTJ_ATTEMPT"])
+            (files / "rank").write_text("" if spare else env["RANK"])
+            (files / "rendezvous-host").write_text(env["MASTER_ADDR"])
             env["DTJ_ATTEMPT_FILE"] = str(attempt_file)
         argv = [*container.get("command", []), *container.get("args", [])]
         argv = [sys.executable if arg in ("python", "python3") else arg for arg in argv]
@@ -256,6 +271,12 @@ class LocalGang:
             }
             local["TF_CONFIG"] = json.dumps(tf_config)
         return local
+
+
+def _swap(path: Path, text: str) -> None:
+    staged = path.with_suffix(".staged")
+    staged.write_text(text)
+    staged.replace(path)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -15,6 +15,10 @@ from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
+from dtjob.api import Role, parse_job
+from dtjob.desired import render_spare
+from dtjob.frameworks import Gang
+from dtjob.names import JobRef
 from tests.trainer.local_gang import (
     RUN_TIMEOUT_S,
     LocalPod,
@@ -35,6 +39,18 @@ MIN_ACCURACY = 0.95  # what the examples state
 
 def checkpoints_of(job: dict[str, Any]) -> CheckpointDirectory:
     return CheckpointDirectory(Path(job["spec"]["checkpoint"]["path"]), keep_last=3)
+
+
+# A member lost in the ways an in-place restart (and a spare) must survive.
+LOSSES = pytest.mark.parametrize(
+    ("lost", "how"),
+    [
+        pytest.param("worker-1", signal.SIGTERM, id="rank 1 preempted (SIGTERM: the ranks save together)"),
+        pytest.param(
+            "worker-0", signal.SIGKILL, id="rank 0, the store's host, killed (the collective breaks)"
+        ),
+    ],
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,15 +129,7 @@ def test_sigterm_to_one_rank_saves_a_checkpoint_and_exits_preempted_within_the_b
     )
 
 
-@pytest.mark.parametrize(
-    ("lost", "how"),
-    [
-        pytest.param("worker-1", signal.SIGTERM, id="rank 1 preempted (SIGTERM: the ranks save together)"),
-        pytest.param(
-            "worker-0", signal.SIGKILL, id="rank 0, the store's host, killed (the collective breaks)"
-        ),
-    ],
-)
+@LOSSES
 def test_in_place_restart_keeps_the_survivors_process_and_ends_bitwise_equal(
     uninterrupted_ddp: Results, tmp_path: Path, lost: str, how: signal.Signals
 ) -> None:
@@ -149,6 +157,35 @@ def test_in_place_restart_keeps_the_survivors_process_and_ends_bitwise_equal(
     assert gang.pods[survivor.name] is survivor, "the survivor's process was replaced"
     assert "attempt 2: training on in place" in survivor.log()
     assert {result["resumed_from_step"] for result in results.values()} == {resume_at}
+    assert the_one({result["weights_sha256"] for result in results.values()}) == the_one(
+        {result["weights_sha256"] for result in uninterrupted_ddp.values()}
+    )
+
+
+@LOSSES
+def test_a_hot_spare_takes_the_lost_rank_in_its_running_process_and_ends_bitwise_equal(
+    uninterrupted_ddp: Results, tmp_path: Path, lost: str, how: signal.Signals
+) -> None:
+    job = local_job("ddp-digits-spare.yaml", tmp_path)
+    checkpoints = checkpoints_of(job)
+    kept = "worker-1" if lost == "worker-0" else "worker-0"
+    lost_rank = int(lost.rsplit("-", 1)[1])
+    with running(rendered_pods(job, attempt=1), tmp_path) as gang:
+        spare = gang.add(render_spare(Gang.of(JobRef.of(job), parse_job(job).spec, 1), Role.WORKER, 0))
+        gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
+        wait_for(lambda: "a hot spare: waiting for a rank" in spare.log(), "the spare to wait", 60)
+        seen = checkpoints.latest_step()
+        gang.pod_named(lost).signal(how)
+        # The operator, at once (it waits neither for the lost rank to exit nor for the survivor to end its
+        # round): the survivor moved to attempt 2, the spare relabelled with the lost rank. The spare may
+        # reach the survivor's process while it still serves attempt 1's store.
+        gang.keep_for_attempt(kept, 2)
+        gang.keep_for_attempt("spare0", 2, rank=lost_rank)
+        codes = {name: code for name, code in gang.wait_all(RUN_TIMEOUT_S).items() if not name.endswith(lost)}
+        results = {name: gang.pods[name].result() for name in codes}
+    assert set(codes.values()) == {0}, gang.logs()
+    assert f"attempt 2: taking rank {lost_rank}" in spare.log()
+    assert the_one({result["resumed_from_step"] for result in results.values()}) >= (seen or 0)
     assert the_one({result["weights_sha256"] for result in results.values()}) == the_one(
         {result["weights_sha256"] for result in uninterrupted_ddp.values()}
     )

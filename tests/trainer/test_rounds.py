@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 from dtjob_trainer.environment import DEFAULT_NEXT_ATTEMPT_TIMEOUT_SECONDS, TrainerEnvironment
-from dtjob_trainer.pytorch.rounds import RoundEnded, current_attempt, lost_a_peer, wait_for_next_attempt
+from dtjob_trainer.pytorch.rounds import (
+    Place,
+    RoundEnded,
+    current_attempt,
+    current_place,
+    lost_a_peer,
+    wait_for_place,
+)
 
 # What gloo raised here (torch 2.x) when a peer's process was killed mid all-reduce.
 GLOO_PEER_RESET = (
@@ -59,7 +66,7 @@ def test_waiting_for_the_next_attempt_returns_once_the_file_names_a_later_one(tm
 
     threading.Thread(target=relabelled).start()
     started = time.monotonic()
-    assert wait_for_next_attempt(attempt_file, after=2, timeout_s=30, poll_s=0.01) == 3
+    assert wait_for_place(attempt_file, after=2, timeout_s=30, poll_s=0.01) == Place(3)
     assert time.monotonic() - started < 5
 
 
@@ -69,7 +76,31 @@ def test_waiting_gives_up_after_its_timeout_and_an_unreadable_file_is_no_attempt
     attempt_file.write_text("")
     assert current_attempt(attempt_file) is None
     attempt_file.write_text("2")
-    assert wait_for_next_attempt(attempt_file, after=2, timeout_s=0.1, poll_s=0.01) is None
+    assert wait_for_place(attempt_file, after=2, timeout_s=0.1, poll_s=0.01) is None
+
+
+def test_a_spare_has_no_place_until_its_files_give_it_a_rank_and_the_files_win_over_the_env(
+    tmp_path: Path,
+) -> None:
+    attempt_file = tmp_path / "attempt"
+    for name in ("attempt", "rank", "rendezvous-host"):
+        (tmp_path / name).write_text("")  # a spare: the labels are not there yet
+    assert current_place(attempt_file) is None
+    (tmp_path / "rank").write_text("1")
+    (tmp_path / "rendezvous-host").write_text("job-worker-spare0.job.ns.svc")
+    (tmp_path / "attempt").write_text("4")
+    place = current_place(attempt_file)
+    assert place == Place(4, 1, "job-worker-spare0.job.ns.svc")
+    env = TrainerEnvironment.from_environ(
+        {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "job-worker-0.job.ns.svc", "DTJ_ATTEMPT": "1"}
+    )
+    round_env = place.environment(env)
+    assert (round_env.attempt, round_env.torch.rank, round_env.torch.master_addr) == (
+        4,
+        1,
+        "job-worker-spare0.job.ns.svc",
+    )
+    assert round_env.torch.world_size == 2
 
 
 def test_the_attempt_file_and_the_wait_come_from_the_pods_environment() -> None:

@@ -7,6 +7,7 @@ import faulthandler
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from dtjob_trainer.environment import TorchRendezvous
 from dtjob_trainer.reachability import Deadline, wait_until_accepting, wait_until_resolvable
 
 log = logging.getLogger(__name__)
+
+STORE_RETRY_SECONDS = 0.05
+# How torch's TCPStore server says its port is taken.
+PORT_IN_USE = "EADDRINUSE"
 
 
 @dataclass(frozen=True)
@@ -79,17 +84,9 @@ def init_distributed(
                 world_size=rendezvous.world_size,
             )
         else:
-            store = dist.TCPStore(
-                host,
-                port,
-                rendezvous.world_size,
-                is_master=rendezvous.rank == 0,
-                timeout=timedelta(seconds=rendezvous_timeout_s),
-                wait_for_workers=False,
-            )
             dist.init_process_group(
                 backend,
-                store=dist.PrefixStore(f"dtjob/attempt/{attempt}", store),
+                store=dist.PrefixStore(attempt_prefix(attempt), attempt_store(rendezvous, attempt, deadline)),
                 rank=rendezvous.rank,
                 world_size=rendezvous.world_size,
             )
@@ -100,6 +97,43 @@ def init_distributed(
         backend=backend,
         device=device,
     )
+
+
+def attempt_prefix(attempt: int) -> str:
+    return f"dtjob/attempt/{attempt}"
+
+
+def attempt_store(rendezvous: TorchRendezvous, attempt: int, deadline: Deadline) -> dist.TCPStore:
+    """Rank 0's TCP store as served for `attempt`: rank 0 serves it and marks it as this attempt's; the
+    other ranks connect and wait for the mark. Under an in-place restart a rank can reach rank 0's
+    process while that is still in the last attempt, whose store it serves until its round ends: the
+    mark never comes there, the store closes under the waiting rank, and it connects again (to the next
+    store, once rank 0 serves it). Joining the process group only then keeps a failed join out of
+    torch's group bookkeeping."""
+    mark = f"{attempt_prefix(attempt)}/served"
+    while True:
+        try:
+            store = dist.TCPStore(
+                rendezvous.master_addr,
+                rendezvous.master_port,
+                rendezvous.world_size,
+                is_master=rendezvous.rank == 0,
+                timeout=timedelta(seconds=max(1.0, deadline.remaining())),
+                wait_for_workers=False,
+            )
+            if rendezvous.rank == 0:
+                store.set(mark, "1")
+            else:
+                store.wait([mark])
+            return store
+        except (dist.DistError, RuntimeError) as error:
+            # Rank 0: the port is still held (by the last attempt's store, closing). The others: the
+            # store they reached closed before it was this attempt's.
+            if deadline.remaining() <= 0 or (rendezvous.rank == 0 and PORT_IN_USE not in str(error)):
+                raise
+            log.warning("no store of attempt %d at %s:%d yet (%s): trying again", attempt,
+                        rendezvous.master_addr, rendezvous.master_port, str(error).splitlines()[0])  # fmt: skip
+            time.sleep(STORE_RETRY_SECONDS)
 
 
 @contextmanager

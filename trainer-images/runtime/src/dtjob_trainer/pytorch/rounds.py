@@ -18,14 +18,20 @@ process group and waits until the operator moves this pod to the next attempt (t
 DTJ_ATTEMPT_FILE when the operator relabels the pod, once the lost members' pods are gone), then joins
 that attempt's rendezvous and calls `train` again: no new pod, no new interpreter, no imports. An error
 of this rank's own (a bug, an out-of-memory) still ends the process, as it would the round anywhere.
+
+Beside DTJ_ATTEMPT_FILE the same volume holds the pod's rank and the rendezvous host (the pod holding rank
+0): each round trains as they say. A hot spare (spec.replicas[].spares) starts with no attempt and waits
+until the operator gives it a lost member's rank.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -37,11 +43,19 @@ from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+V = TypeVar("V", int, str)
 
 # gloo reports a peer that went away (its socket closed or reset, a receive timed out) as a plain
 # RuntimeError raised from its TCP transport; NCCL's and the store's errors are DistErrors.
 GLOO_TRANSPORT: Final = "gloo/transport/"
 POLL_SECONDS: Final = 0.05
+# Beside DTJ_ATTEMPT_FILE in the same downward API volume (the operator's desired.ATTEMPT_VOLUME).
+RANK_FILE: Final = "rank"
+RENDEZVOUS_HOST_FILE: Final = "rendezvous-host"
+
+
+class NoNextAttempt(RuntimeError):
+    """This pod's round ended and the operator moved it to no later attempt in time."""
 
 
 class RoundEnded(Exception):
@@ -65,26 +79,67 @@ def lost_a_peer(error: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where this pod stands, as the operator last said (the files beside DTJ_ATTEMPT_FILE)."""
+
+    attempt: int
+    rank: int | None = None
+    """Its rank in the attempt: a spare's is given when it takes one; None where no file says."""
+    rendezvous_host: str | None = None
+    """The pod that holds rank 0 (a spare may hold it); None where no file says."""
+
+    def environment(self, env: TrainerEnvironment) -> TrainerEnvironment:
+        """`env` for a round of this attempt: the files' rank and rendezvous host win over the env vars,
+        which stay what they were when the pod was created."""
+        torch = env.torch
+        if self.rank is not None:
+            torch = replace(torch, rank=self.rank)
+        if self.rendezvous_host:
+            torch = replace(torch, master_addr=self.rendezvous_host)
+        return replace(env, attempt=self.attempt, torch=torch)
+
+
+def current_place(attempt_file: Path) -> Place | None:
+    """The attempt, rank and rendezvous host the files name; None while there is no attempt (a hot spare's
+    file is empty) or it cannot be read. The kubelet swaps the files together: read again if the attempt
+    moved meanwhile."""
+    while True:
+        attempt = _read(attempt_file, int)
+        if attempt is None:
+            return None
+        rank = _read(attempt_file.with_name(RANK_FILE), int)
+        host = _read(attempt_file.with_name(RENDEZVOUS_HOST_FILE), str)
+        if _read(attempt_file, int) == attempt:
+            return Place(attempt, rank, host or None)
+
+
 def current_attempt(attempt_file: Path) -> int | None:
-    """The attempt the file names; None while it cannot be read (the kubelet swaps it atomically)."""
-    try:
-        return int(attempt_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    """The attempt the file names; None while there is none or it cannot be read."""
+    return _read(attempt_file, int)
 
 
-def wait_for_next_attempt(
+def wait_for_place(
     attempt_file: Path, after: int, timeout_s: float, poll_s: float = POLL_SECONDS
-) -> int | None:
-    """The first attempt past `after` that the file names, polled every `poll_s`; None after `timeout_s`."""
+) -> Place | None:
+    """The first place in an attempt past `after` that the files name, polled every `poll_s`; None after
+    `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
-        attempt = current_attempt(attempt_file)
-        if attempt is not None and attempt > after:
-            return attempt
+        place = current_place(attempt_file)
+        if place is not None and place.attempt > after:
+            return place
         if time.monotonic() >= deadline:
             return None
         time.sleep(poll_s)
+
+
+def _read(path: Path, kind: Callable[[str], V]) -> V | None:
+    try:
+        text = path.read_text().strip()
+        return kind(text) if text else None
+    except (OSError, ValueError):
+        return None
 
 
 def train_in_rounds(
@@ -94,7 +149,21 @@ def train_in_rounds(
     (see the module docstring); its result once a round returns. `env.attempt` is the round's attempt."""
     round_env = env
     if env.attempt_file is not None:
-        round_env = replace(env, attempt=current_attempt(env.attempt_file) or env.attempt)
+        place = current_place(env.attempt_file)
+        if place is None:
+            # A hot spare (spec.replicas[].spares): imported and ready, outside the gang until the
+            # operator gives it a lost member's rank, however long that takes.
+            log.warning("a hot spare: waiting for a rank")
+            started = time.monotonic()
+            place = wait_for_place(env.attempt_file, 0, math.inf)
+            assert place is not None  # no deadline
+            log.warning(
+                "attempt %d: taking rank %s (waited %.2fs as a spare)",
+                place.attempt,
+                place.rank,
+                time.monotonic() - started,
+            )
+        round_env = place.environment(env)
     while True:
         try:
             with distributed(
@@ -104,14 +173,19 @@ def train_in_rounds(
         except Exception as error:
             if env.attempt_file is None or not lost_a_peer(error):
                 raise
-            ended = round_env.attempt
-            log.warning("attempt %d ended: %s; waiting to train on in this process", ended, error)
-            started = time.monotonic()
-            attempt = wait_for_next_attempt(env.attempt_file, ended, env.next_attempt_timeout_s)
-            if attempt is None:
-                log.error("no next attempt within %.0fs: this pod was not kept", env.next_attempt_timeout_s)
-                raise
-            log.warning(
-                "attempt %d: training on in place (waited %.2fs)", attempt, time.monotonic() - started
+            ended, why = round_env.attempt, str(error).splitlines()[0] if str(error) else type(error).__name__
+        # Out of the except block, the traceback goes, and with it (and a collection, for its cycles) the
+        # round's model, process group and, on rank 0, its store: the port is free for the next one.
+        gc.collect()
+        log.warning("attempt %d ended: %s; waiting to train on in this process", ended, why)
+        started = time.monotonic()
+        place = wait_for_place(env.attempt_file, ended, env.next_attempt_timeout_s)
+        if place is None:
+            raise NoNextAttempt(
+                f"attempt {ended} ended ({why}) and no next attempt came within "
+                f"{env.next_attempt_timeout_s:.0f}s (DTJ_NEXT_ATTEMPT_TIMEOUT_SECONDS): this pod was not kept"
             )
-            round_env = replace(env, attempt=attempt)
+        log.warning(
+            "attempt %d: training on in place (waited %.2fs)", place.attempt, time.monotonic() - started
+        )
+        round_env = place.environment(env)
