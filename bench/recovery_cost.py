@@ -1,14 +1,15 @@
 """What spot preemptions cost a real training gang, by restart strategy, as status.goodput measures it.
 
-    .venv/bin/python -m bench.recovery_cost [--preemptions 5] [--epochs 200] [--strategies Recreate,InPlace]
-                                            [--workers 2]
+    .venv/bin/python -m bench.recovery_cost [--preemptions 5] [--epochs 200]
+                                            [--strategies Recreate,InPlace,InPlace+spare] [--workers 2]
 
 Tier C (the real node; brought up if needed, left up): the DDP example (2 workers, real training on the
 CPU over gloo, checkpoints every 20 steps on a hostPath volume) runs through the operator in-process,
 with its progress intake, after a one-epoch warm-up run (a freshly imported image's first pods pay its
 unpacking), once uninterrupted and then, for each runPolicy.restartStrategy in turn (the whole gang
 recreated; in place), with a worker evicted (the Eviction API, as a spot reclaim's drain does) after each
-of N checkpoints, each taken after the gang last resumed. Prints each restart's cost phase by phase
+of N checkpoints, each taken after the gang last resumed; InPlace+spare is InPlace with one hot spare
+(spec.replicas[].spares: 1), whose trainer waits for a rank before each eviction. Prints each restart's cost phase by phase
 (status.goodput.lastRestart: detection, teardown, start, restore, lost work), the wall time lost per
 preemption (the run's wall time less the uninterrupted run's, over N), each run's goodput, and whether
 the final weights (the example's sha256 of them) are the uninterrupted run's (docs/fault-tolerance.md).
@@ -33,6 +34,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from dtjob.api import GROUP, PLURAL, VERSION
+from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier
@@ -67,8 +69,11 @@ class Run:
         self.core, self.objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.namespace, self.name = namespace, name
         self.job = restart_job(name)
-        self.job["spec"]["runPolicy"] = {"maxPreemptions": 100, "restartStrategy": strategy}
+        restart_strategy, _, spare = strategy.partition("+")
+        self.spares = 1 if spare == "spare" else 0
+        self.job["spec"]["runPolicy"] = {"maxPreemptions": 100, "restartStrategy": restart_strategy}
         self.job["spec"]["replicas"][0]["count"] = self.workers = workers
+        self.job["spec"]["replicas"][0]["spares"] = self.spares
         trainer = self.job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
         trainer["args"][1] = str(epochs)
         trainer["args"] += extra
@@ -94,7 +99,9 @@ class Run:
             wait(
                 lambda resumed=resumed: (self.checkpoints.latest_step() or 0) > resumed, "a fresh checkpoint"
             )
-            evict(self.core, self.namespace, f"{self.name}-worker-{attempt % self.workers}")
+            if self.spares:
+                wait(self.spare_waiting, "a spare waiting for a rank")
+            evict(self.core, self.namespace, self.holder(attempt, attempt % self.workers))
 
             def cost(attempt: int = attempt) -> dict[str, Any] | None:
                 last = (self.status().get("goodput") or {}).get("lastRestart") or {}
@@ -106,15 +113,38 @@ class Run:
         wall = time.monotonic() - start
         status = self.status()
         assert status["phase"] == "Succeeded", status
-        weights = result_line(self.core, self.namespace, f"{self.name}-worker-0")["weights_sha256"]
+        rank_zero = self.holder(status["attempt"], 0)
+        weights = result_line(self.core, self.namespace, rank_zero)["weights_sha256"]
         return wall, costs, status.get("goodput") or {}, str(weights)
+
+    def holder(self, attempt: int, rank: int) -> str:
+        """The pod that holds `rank` in `attempt` (a spare may, under its own name)."""
+        selector = f"{JOB_NAME_LABEL}={self.name},{ATTEMPT_LABEL}={attempt},{RANK_LABEL}={rank}"
+        (pod,) = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        return str(pod.metadata.name)
+
+    def spare_waiting(self) -> bool:
+        selector = f"{JOB_NAME_LABEL}={self.name},{SPARE_LABEL}=true"
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+            try:
+                if "a hot spare: waiting for a rank" in self.core.read_namespaced_pod_log(
+                    pod.metadata.name, self.namespace
+                ):
+                    return True
+            except client.ApiException:  # not started yet
+                pass
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preemptions", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=200, help="23 steps an epoch")
-    parser.add_argument("--strategies", default="Recreate,InPlace", help="runPolicy.restartStrategy, in turn")
+    parser.add_argument(
+        "--strategies",
+        default="Recreate,InPlace,InPlace+spare",
+        help="runPolicy.restartStrategy in turn (+spare: with one hot spare)",
+    )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     strategies = args.strategies.split(",")
@@ -141,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
             plain = Run(api, namespace, "uninterrupted", args.epochs, workers=args.workers).train(0)
             preempted = {
                 strategy: Run(
-                    api, namespace, strategy.lower(), args.epochs, strategy=strategy, workers=args.workers
+                    api,
+                    namespace,
+                    strategy.lower().replace("+", "-"),
+                    args.epochs,
+                    strategy=strategy,
+                    workers=args.workers,
                 ).train(args.preemptions)
                 for strategy in strategies
             }
@@ -153,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
           f"weights sha256 {plain_weights[:16]}")  # fmt: skip
     lost = {}
     for strategy, (wall, costs, goodput, weights) in preempted.items():
-        print(f"\nrestartStrategy {strategy}, {args.preemptions} preemptions")
+        print(f"\n{strategy}, {args.preemptions} preemptions")
         print(
             f"{'restart':>8} "
             + " ".join(f"{p.removesuffix('Seconds'):>10}" for p in PHASES)

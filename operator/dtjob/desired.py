@@ -5,8 +5,9 @@ Pure and deterministic: the same job and attempt give byte-identical objects, re
 apply (apiVersion and kind set, no status). How the template is merged with what the operator injects:
 
 - Labels: the template's, then the operator's (training.dtjob.io/job-name, job-uid, role, replica-index,
-  rank: the position in the gang, attempt) which win.
-  Annotations: the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
+  rank: the position in the gang, attempt; a hot spare's: job-name, job-uid, role, spare) which win.
+  Annotations: under restartStrategy InPlace training.dtjob.io/rendezvous-host (the DNS name of the pod
+  that holds rank 0), the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
   CSI volume (the checkpoint's or the template's) and with it no limit on the FUSE sidecar's CPU, memory
   and ephemeral storage (`gke-gcsfuse/*-limit: "0"`) unless the template sizes the sidecar itself or the
   pods take Autopilot's shape, then the template's, which win.
@@ -46,21 +47,27 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
-from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, RestartStrategy
+from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, RestartStrategy, Role
 from dtjob.frameworks import Gang, Member, vertex_env, wiring
 from dtjob.kueue import PodSetInfo
 from dtjob.names import (
     ATTEMPT_LABEL,
+    RANK_LABEL,
+    RENDEZVOUS_HOST_ANNOTATION,
     TRAINER_CONTAINER,
     JobRef,
     gpu_nic_claims_name,
     job_labels,
     network_policy_name,
+    pod_dns_name,
     pod_labels,
     selector_labels,
     service_name,
+    spare_labels,
+    spare_pod_name,
 )
 from dtjob.nccl import library_path, machine_of, nccl_env, profile_for
 from dtjob.preflight import preflight_container
@@ -102,15 +109,24 @@ SHM_VOLUME: Final = "dtj-shm"
 GPU_NIC_CLAIM: Final = "dtj-gpu-nics"
 GPU_NIC_REQUEST: Final = "gpu-nics"
 CHECKPOINT_VOLUME: Final = "dtj-checkpoint"
-# Under restartStrategy InPlace, the pod's attempt label as a file (the downward API): the kubelet
-# rewrites it when the operator relabels a member kept for the next attempt, and the trainer runtime
-# waits on it between rounds. The env var DTJ_ATTEMPT stays the attempt the pod was created in.
+# Under restartStrategy InPlace, the pod's attempt and rank labels and the rendezvous host as files (the
+# downward API): the kubelet rewrites them together (one volume is swapped atomically) when the operator
+# relabels a member kept for the next attempt or a spare that takes a rank, and the trainer runtime waits
+# on them between rounds. A spare's attempt and rank files are empty. The env vars DTJ_ATTEMPT, RANK and
+# MASTER_ADDR stay what they were when the pod was created.
 ATTEMPT_DIRECTORY: Final = "/etc/dtjob/attempt"
 ATTEMPT_FILE: Final = f"{ATTEMPT_DIRECTORY}/attempt"
 ATTEMPT_VOLUME: Final = {
     "name": "dtj-attempt",
     "downwardAPI": {
-        "items": [{"path": "attempt", "fieldRef": {"fieldPath": f"metadata.labels['{ATTEMPT_LABEL}']"}}]
+        "items": [
+            {"path": "attempt", "fieldRef": {"fieldPath": f"metadata.labels['{ATTEMPT_LABEL}']"}},
+            {"path": "rank", "fieldRef": {"fieldPath": f"metadata.labels['{RANK_LABEL}']"}},
+            {
+                "path": "rendezvous-host",
+                "fieldRef": {"fieldPath": f"metadata.annotations['{RENDEZVOUS_HOST_ANNOTATION}']"},
+            },
+        ]
     },
 }
 # The pod's token for the operator's progress intake: bound to the pod, for that audience only.
@@ -205,7 +221,18 @@ def render_gpu_nic_claims(gang: Gang) -> dict[str, Any] | None:
     }
 
 
-def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -> dict[str, Any]:
+def render_spare(gang: Gang, role: Role, number: int, admitted: PodSetInfo | None = None) -> dict[str, Any]:
+    """A hot spare of `role` (spec.replicas[].spares): the pod of the role's first member under its own
+    name, labelled a spare (no index, rank or attempt). Its env names that member; the trainer runtime
+    reads the rank it takes from the downward API files (ATTEMPT_VOLUME) instead."""
+    name = spare_pod_name(gang.job.name, role, number)
+    stand_in = replace(gang.of_role(role)[0], pod=name, host=pod_dns_name(name, gang.job))
+    return render_pod(gang, stand_in, admitted, spare=True)
+
+
+def render_pod(
+    gang: Gang, member: Member, admitted: PodSetInfo | None = None, spare: bool = False
+) -> dict[str, Any]:
     """`admitted`: what Kueue's admission adds to the pods of the member's role (a queued job's)."""
     spec = gang.spec
     template = copy.deepcopy(spec.replica(member.role).template)
@@ -228,7 +255,8 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
         _add_volume(pod_spec, container, {"name": SHM_VOLUME, "emptyDir": empty_dir}, "/dev/shm")
     if gang.progress_url is not None:
         _add_volume(pod_spec, container, copy.deepcopy(PROGRESS_TOKEN_VOLUME), TOKEN_DIRECTORY)
-    if spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE:
+    in_place = spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE
+    if in_place:
         _add_volume(pod_spec, container, copy.deepcopy(ATTEMPT_VOLUME), ATTEMPT_DIRECTORY)
     if spec.checkpoint.volume is not None:
         _add_volume(
@@ -236,7 +264,7 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
         )
         _default_fs_group(pod_spec)
 
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = {RENDEZVOUS_HOST_ANNOTATION: gang.rendezvous_host} if in_place else {}
     if gpu_role and spec.accelerator is not None:
         _wire_accelerator(pod_spec, container, spec)
         network = profile_for(gang.network, spec, gang.autopilot)
@@ -261,10 +289,12 @@ def render_pod(gang: Gang, member: Member, admitted: PodSetInfo | None = None) -
     sized = any(map(GCSFUSE_SIDECAR_RESOURCES.match, template_annotations))
     if annotations.get(GCSFUSE_ANNOTATION) == "true" and not sized and not gang.autopilot:
         annotations.update(GCSFUSE_SIDECAR_UNLIMITED)
-    labels = {
-        **(template_meta.get("labels") or {}),
-        **pod_labels(gang.job, member.role, member.index, member.rank, gang.attempt),
-    }
+    owned = (
+        spare_labels(gang.job, member.role)
+        if spare
+        else pod_labels(gang.job, member.role, member.index, member.rank, gang.attempt)
+    )
+    labels = {**(template_meta.get("labels") or {}), **owned}
     if admitted is not None:
         _admit(pod_spec, labels, annotations, admitted)
     return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -14,6 +15,12 @@ ROLE_LABEL: Final = f"{GROUP}/role"
 REPLICA_INDEX_LABEL: Final = f"{GROUP}/replica-index"
 RANK_LABEL: Final = f"{GROUP}/rank"
 ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
+# A hot spare (spec.replicas[].spares) carries this label and no index, rank or attempt until it takes a rank.
+SPARE_LABEL: Final = f"{GROUP}/spare"
+# Under restartStrategy InPlace, the DNS name of the pod that holds rank 0 (the rendezvous host): a spare
+# that took rank 0 moves it, and the trainers read it from a downward API file.
+RENDEZVOUS_HOST_ANNOTATION: Final = f"{GROUP}/rendezvous-host"
+SPARE_NAME: Final = re.compile(r"-spare[0-9]+$")
 # The container that receives the wiring; without one of this name, the template's first container does.
 TRAINER_CONTAINER: Final = "trainer"
 
@@ -62,6 +69,16 @@ def pod_name(job_name: str, role: str, index: int) -> str:
     return f"{job_name}-{role.lower()}-{index}"
 
 
+def spare_pod_name(job_name: str, role: str, number: int) -> str:
+    """A spare keeps its name when it takes a rank: the next spare takes the lowest number free."""
+    return f"{job_name}-{role.lower()}-spare{number}"
+
+
+def named_as_spare(pod: str) -> bool:
+    """Whether the pod was made a hot spare (it keeps that name as a member)."""
+    return SPARE_NAME.search(pod) is not None
+
+
 def pod_dns_name(pod: str, job: JobRef) -> str:
     """The pod's DNS name under the headless Service. It ends in `.svc`, not the cluster domain (which
     varies): the pod's resolv.conf search list (`cluster.local`, ...) completes it."""
@@ -75,6 +92,10 @@ def selector_labels(job_name: str) -> dict[str, str]:
 
 def job_labels(job: JobRef) -> dict[str, str]:
     return {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid}
+
+
+def spare_labels(job: JobRef, role: str) -> dict[str, str]:
+    return {**job_labels(job), ROLE_LABEL: str(role), SPARE_LABEL: "true"}
 
 
 def pod_labels(job: JobRef, role: str, index: int, rank: int, attempt: int) -> dict[str, str]:

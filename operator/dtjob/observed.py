@@ -17,7 +17,16 @@ from enum import StrEnum
 from typing import Any, Final
 
 from dtjob.api import Role, parse_timestamp
-from dtjob.names import ATTEMPT_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, TRAINER_CONTAINER
+from dtjob.names import (
+    ATTEMPT_LABEL,
+    JOB_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    ROLE_LABEL,
+    SPARE_LABEL,
+    TRAINER_CONTAINER,
+    named_as_spare,
+    pod_name,
+)
 from dtjob.nccl import DAEMON_NOT_READY_RESTARTS, DAEMON_SIDECARS
 from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
 
@@ -111,6 +120,17 @@ class PodView:
     (no kubelet stopped them), so a peer may wait on them until a collective times out."""
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
+    member: str = ""
+    """The member it is, named as the member's own pod is (names.pod_name): its name, but for a hot spare
+    that took a member's rank (it keeps its own name), whose role and index labels say which."""
+    spare: bool = False
+    """A hot spare waiting outside the gang (spec.replicas[].spares): no index, rank or attempt yet."""
+    exited: bool = False
+    """Its trainer container terminated (or the pod reached a terminal phase): its process is gone."""
+
+    def __post_init__(self) -> None:
+        if not self.member:
+            object.__setattr__(self, "member", self.name)
 
     @property
     def deleted_by_hand(self) -> bool:
@@ -133,7 +153,10 @@ class NodeView:
 class Observed:
     service: Mapping[str, Any] | None
     pods: tuple[PodView, ...]
+    """The gang's pods (of every attempt); not the spares."""
     network_policy: Mapping[str, Any] | None = None
+    spares: tuple[PodView, ...] = ()
+    """The hot spares, by name."""
 
     def of_attempt(self, attempt: int) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.attempt == attempt)
@@ -154,13 +177,16 @@ def observe(
     known = None if nodes is None else {v.name: v for v in map(node_view, nodes)}
     service = next((c for c in children if c.get("kind") == "Service"), None)
     network_policy = next((c for c in children if c.get("kind") == "NetworkPolicy"), None)
-    pods = tuple(
-        sorted(
-            (classify(c, now, known) for c in children if c.get("kind") == "Pod"),
-            key=lambda p: (p.attempt or 0, p.name),
-        )
+    pods = sorted(
+        (classify(c, now, known) for c in children if c.get("kind") == "Pod"),
+        key=lambda p: (p.attempt or 0, p.name),
     )
-    return Observed(service=service, pods=pods, network_policy=network_policy)
+    return Observed(
+        service=service,
+        pods=tuple(p for p in pods if not p.spare),
+        network_policy=network_policy,
+        spares=tuple(p for p in pods if p.spare),
+    )
 
 
 # What a watch cache keeps of a pod: all that `classify`, `nodes_to_judge` and the plan read. The rest
@@ -406,11 +432,17 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
     terminated = (trainer.get("state") or {}).get("terminated") or {}
     # The grace a deletion grants (deletionTimestamp is when it runs out) counts only on a lost node.
     stuck_at = max(deletion_due, node_lost_at) if deletion_due and node_lost_at else None
+    name, role, index = (
+        str(meta.get("name", "")),
+        _role(labels.get(ROLE_LABEL)),
+        _int(labels.get(REPLICA_INDEX_LABEL)),
+    )
+    job_name = labels.get(JOB_NAME_LABEL)
     return PodView(
-        name=str(meta.get("name", "")),
+        name=name,
         uid=str(meta.get("uid", "")),
-        role=_role(labels.get(ROLE_LABEL)),
-        index=_int(labels.get(REPLICA_INDEX_LABEL)),
+        role=role,
+        index=index,
         attempt=_int(labels.get(ATTEMPT_LABEL)),
         state=state,
         reason=reason,
@@ -428,6 +460,13 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         preflight=result_of(str(((preflight.get("state") or {}).get("terminated") or {}).get("message", ""))),
         labels=labels,
         annotations=meta.get("annotations") or {},
+        member=(
+            pod_name(job_name, role, index)
+            if job_name and role and index is not None and named_as_spare(name)
+            else name
+        ),
+        spare=labels.get(SPARE_LABEL) == "true",
+        exited=bool(terminated) or facts.phase in TERMINAL_PHASES,
     )
 
 

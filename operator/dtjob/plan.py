@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -47,10 +48,16 @@ from dtjob.api import (
 )
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.desired import render_gpu_nic_claims, render_network_policy, render_pod, render_service
+from dtjob.desired import (
+    render_gpu_nic_claims,
+    render_network_policy,
+    render_pod,
+    render_service,
+    render_spare,
+)
 from dtjob.frameworks import Gang, Member
 from dtjob.goodput import next_goodput
-from dtjob.names import JobRef
+from dtjob.names import SPARE_LABEL, JobRef, spare_pod_name
 from dtjob.nccl import (
     NETWORK_GROUP,
     Installer,
@@ -117,7 +124,8 @@ class Relabel:
     name: str
     uid: str
     """A precondition: patch only the pod we looked at."""
-    labels: dict[str, str]
+    labels: dict[str, str | None]
+    """None removes the label (a spare's, once it takes a rank)."""
     annotations: dict[str, str]
 
 
@@ -138,8 +146,9 @@ class Plan:
     read_networks: bool = False
     """Nothing else is planned: decide again with the cluster's Network objects (nccl.choose needs them)."""
     confirm_missing: tuple[str, ...] = ()
-    """Members the plan takes for lost because the children handed in lack them: decide again on a fresh
-    listing of the job's pods before executing it (a cache that lags must not charge a failure)."""
+    """Members the plan takes for lost because the children handed in lack them, or gives to a hot spare:
+    decide again on a fresh listing of the job's pods before executing it (a cache that lags must not
+    charge a failure, nor hand a rank to a second spare)."""
     workload: dict[str, Any] | None = None
     """The Kueue Workload to create, for a job in a Kueue queue that has none yet."""
     workload_active: bool | None = None
@@ -230,7 +239,12 @@ def reconcile(
     decision = decide(spec, old, gang, observed, now, queueing, ledger, slow)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     admission = admitted.message if admitted else None
-    shown = progress.carried(old.progress, ledger, gang.rank_zero.pod, gang.attempt)
+    # Rank 0's reports lead the progress shown; a spare that took rank 0 reports under its own name.
+    rank_zero = next(
+        (p.name for p in observed.of_attempt(gang.attempt) if p.member == gang.rank_zero.pod),
+        gang.rank_zero.pod,
+    )
+    shown = progress.carried(old.progress, ledger, rank_zero, gang.attempt)
     new = next_status(
         old, gang, observed, decision, now, generation, queueing is not None, admission, shown, slow
     )
@@ -261,7 +275,7 @@ def reconcile(
         events=events + [event for _, event in deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
         requeue_after=_requeue_after(decision, spec, observed, now),
-        confirm_missing=decision.vanished,
+        confirm_missing=decision.vanished + tuple(member for _, member in decision.takeovers),
     )
 
 
@@ -412,6 +426,12 @@ def _workload_to_create(
     if queueing is None or queueing.state != kueue.State.MISSING or new.finished:
         return None
     pods = [render_pod(gang, member) for member in gang.members]
+    # Spares hold the same resources as members: the quota counts them.
+    pods += [
+        render_spare(gang, role, number)
+        for role in gang.spec.roles()
+        for number in range(gang.spec.replica(role).spares)
+    ]
     return kueue.render_workload(job, gang.job, queueing.queue, pods, priority)
 
 
@@ -474,7 +494,12 @@ def _writes(
     if not keeps_gang:
         return apply, [], []
     create = action in CREATES
-    present = {p.name: p for p in (*(kept if create else ()), *observed.of_attempt(gang.attempt))}
+    present = {p.member: p for p in (*(kept if create else ()), *observed.of_attempt(gang.attempt))}
+    spares = {p.name: p for p in observed.spares}
+    # A spare that takes a rank is relabelled as the member it becomes (and is one from then on).
+    present |= {m: spares[s] for s, m in decision.takeovers if create and s in spares}
+    if (holder := present.get(gang.rank_zero.pod)) is not None and holder.name != gang.rank_zero.pod:
+        gang = replace(gang, rendezvous_pod=holder.name)
     pod_sets = admitted.pod_sets if admitted is not None else {}
 
     def render(member: Member) -> dict[str, Any]:
@@ -486,7 +511,32 @@ def _writes(
         apply.append(claims)
     live = [(m, present[m.pod]) for m in gang.members if m.pod in present and not present[m.pod].terminating]
     relabel = [r for m, pod in live if (r := _drifted(pod, render(m))) is not None]
+    # Spares wait behind a whole gang: created before every member has a node, one could take it.
+    if not created and all(m.pod in present and present[m.pod].node for m in gang.members):
+        created += _spares_to_create(gang, observed, {s for s, _ in decision.takeovers}, pod_sets)
     return apply, created, relabel
+
+
+def _spares_to_create(
+    gang: Gang,
+    observed: Observed,
+    taking: set[str],
+    pod_sets: Mapping[str, kueue.PodSetInfo],
+) -> list[dict[str, Any]]:
+    """The spares each role lacks (spec.replicas[].spares), named with the lowest numbers free: those
+    pending or running count, not those ended or going, nor those taking a rank in this pass."""
+    names = {p.name for p in (*observed.pods, *observed.spares)}
+    created: list[dict[str, Any]] = []
+    for role in gang.spec.roles():
+        waiting = [
+            p
+            for p in observed.spares
+            if p.role == role and p.name not in taking and p.state in ACTIVE_STATES and not p.terminating
+        ]
+        numbers = (n for n in itertools.count() if spare_pod_name(gang.job.name, role, n) not in names)
+        for _, number in zip(range(gang.spec.replica(role).spares - len(waiting)), numbers, strict=False):
+            created.append(render_spare(gang, role, number, kueue.pod_set_of(pod_sets, role)))
+    return created
 
 
 def _differing(observed: Mapping[str, Any] | None, desired: dict[str, Any]) -> list[dict[str, Any]]:
@@ -506,7 +556,11 @@ def _policy_unwanted(spec: DistributedTrainingJobSpec, observed: Observed) -> li
 def _drifted(pod: PodView, desired: Mapping[str, Any]) -> Relabel | None:
     """The owned labels and annotations of a live pod that differ from the render (others are left)."""
     meta = desired["metadata"]
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if pod.labels.get(k) != v}
+    labels: dict[str, str | None] = {
+        k: v for k, v in (meta.get("labels") or {}).items() if pod.labels.get(k) != v
+    }
+    if SPARE_LABEL in pod.labels and SPARE_LABEL not in (meta.get("labels") or {}):
+        labels[SPARE_LABEL] = None
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if pod.annotations.get(k) != v}
     if not labels and not annotations:
         return None
@@ -550,6 +604,12 @@ def _deletes(
         doomed += [p for p in current if p.state in ENDED_ABNORMALLY]  # their names are taken till they go
     elif action in (Action.COMPLETE, Action.FAIL) or decision.reason == Reason.FINISHED:
         doomed += [p for p in current if _cleaned_up(p, _cleanup_policy(old, spec))]
+    if action in (Action.SUSPEND, Action.DEADLINE_EXCEEDED, Action.COMPLETE, Action.FAIL) or (
+        decision.reason == Reason.FINISHED
+    ):
+        doomed += observed.spares  # they wait for a gang that is gone
+    else:
+        doomed += [p for p in observed.spares if p.exited or p.state not in ACTIVE_STATES]
     deletes: list[tuple[Delete, Event | None]] = []
     for pod in doomed:
         if pod.stuck:

@@ -147,6 +147,9 @@ class Decision:
     """For a gang restart: the members still running keep their pods (runPolicy.restartStrategy InPlace)."""
     kept: tuple[str, ...] = ()
     """For the creation of an in-place restart's attempt: the pods moved to it, which train on."""
+    takeovers: tuple[tuple[str, str], ...] = ()
+    """For the creation of an attempt: (spare, member) for each hot spare that takes a missing member's
+    rank instead of a new pod (spec.replicas[].spares), named as the spare and the member's pod are."""
 
 
 def decide(
@@ -203,7 +206,7 @@ def decide(
             return Decision(Action.DEADLINE_EXCEEDED, Reason.DEADLINE_EXCEEDED, message)
         timers.append((due - now).total_seconds())
 
-    current = {p.name: p for p in observed.of_attempt(gang.attempt)}
+    current = {p.member: p for p in observed.of_attempt(gang.attempt)}
     if (success := _success(spec, gang, current)) is not None:
         return success
 
@@ -246,15 +249,26 @@ def decide(
                     return Decision(Action.FAIL, Reason.SCHEDULING_TIMEOUT, message)
                 timers.append((pod.created + limit - now).total_seconds())
 
-    kept = {p.name for p in kept_in_place(status, observed)}
-    if stale := [p for p in observed.not_of_attempt(gang.attempt) if p.name not in kept]:
+    kept_pods = kept_in_place(status, observed)
+    kept = {p.name for p in kept_pods}
+    # An Evaluator that went (or failed and was deleted) is simply created again: nothing depends on it.
+    absent = [m for m in gang.members if m.pod not in current and m.pod not in {p.member for p in kept_pods}]
+    takeovers = _takeovers(absent, observed.spares)
+    missing = [m.pod for m in absent if m.pod not in {member for _, member in takeovers}]
+    # Under InPlace a pod of an earlier attempt that is not kept can join no later rendezvous (the ranks
+    # meet under their attempt's prefix, and only kept pods and spares are moved to it): only its name
+    # is in the way, of a member's pod to create.
+    lingering = spec.run_policy.restart_strategy == RestartStrategy.IN_PLACE
+    if stale := [
+        p
+        for p in observed.not_of_attempt(gang.attempt)
+        if p.name not in kept and not (lingering and p.name not in missing)
+    ]:
         names = ", ".join(p.name for p in stale)
         message = f"waiting for pods of an earlier attempt to go: {names}"
         return Decision(Action.WAIT, Reason.WAITING_FOR_PREVIOUS_ATTEMPT, message, _soonest(timers))
 
-    # An Evaluator that went (or failed and was deleted) is simply created again: nothing depends on it.
-    missing = [m.pod for m in gang.members if m.pod not in current and m.pod not in kept]
-    if missing or kept:
+    if missing or kept or takeovers:
         if (wait := _backoff_remaining(status, now)) > 0:
             message = f"restarting after a failure; next attempt in {wait:.0f}s"
             return Decision(Action.WAIT, Reason.BACKING_OFF, message, _soonest([*timers, wait]))
@@ -262,12 +276,18 @@ def decide(
             part
             for part in (
                 f"creating {', '.join(missing)}" if missing else "",
+                *(f"spare {spare} takes the rank of {member}" for spare, member in takeovers),
                 f"{', '.join(sorted(kept))} train on in place" if kept else "",
             )
             if part
         )
         return Decision(
-            Action.CREATE_MISSING, Reason.CREATING, message, _soonest(timers), kept=tuple(sorted(kept))
+            Action.CREATE_MISSING,
+            Reason.CREATING,
+            message,
+            _soonest(timers),
+            kept=tuple(sorted(kept)),
+            takeovers=takeovers,
         )
 
     return Decision(Action.WAIT, Reason.IN_PROGRESS, requeue_after=_soonest(timers))
@@ -290,6 +310,28 @@ def kept_in_place(status: JobStatus, observed: Observed) -> tuple[PodView, ...]:
         and not p.disruption
         and p.role not in OUTSIDE_THE_GANG
     )
+
+
+def _takeovers(absent: list[Member], spares: tuple[PodView, ...]) -> tuple[tuple[str, str], ...]:
+    """The hot spares that take the ranks of the absent members, each the first running one of the
+    member's role (ready first, then by name): only a spare whose trainer runs can take a rank at once;
+    a member with no such spare gets a new pod."""
+    running = (PodState.RUNNING, PodState.READY)
+    free = sorted(
+        (
+            p
+            for p in spares
+            if p.state in running and not p.terminating and not p.disruption and not p.node_silent
+        ),
+        key=lambda p: (p.state != PodState.READY, p.name),
+    )
+    pairs: list[tuple[str, str]] = []
+    for member in absent:
+        spare = next((p for p in free if p.role == member.role), None)
+        if spare is not None:
+            free.remove(spare)
+            pairs.append((spare.name, member.pod))
+    return tuple(pairs)
 
 
 def _in_place(spec: DistributedTrainingJobSpec, ended: list[PodView], current: dict[str, PodView]) -> bool:
@@ -364,7 +406,8 @@ def _off_a_slow_node(
     since = parse_timestamp(condition.last_transition_time)
     if (left := (since + timedelta(seconds=after_seconds) - now).total_seconds()) > 0:
         return left
-    nodes = {rank.pod: current[rank.pod].node for rank in slow if rank.pod in current}
+    by_name = {p.name: p for p in current.values()}
+    nodes = {rank.pod: by_name[rank.pod].node for rank in slow if rank.pod in by_name}
     candidates = [r for r in slow if nodes.get(r.pod) and nodes[r.pod] not in status.avoided_nodes]
     if not candidates or len(status.avoided_nodes) >= MAX_AVOIDED_NODES:
         return None
@@ -406,9 +449,9 @@ def _success(spec: DistributedTrainingJobSpec, gang: Gang, current: dict[str, Po
         return pod in current and current[pod].state == PodState.SUCCEEDED
 
     if spec.run_policy.success_policy == SuccessPolicy.RANK_ZERO:
-        rank_zero = gang.rank_zero.pod
-        if succeeded(rank_zero):
-            return Decision(Action.COMPLETE, Reason.RANK_ZERO_SUCCEEDED, f"rank-0 pod {rank_zero} succeeded")
+        if succeeded(gang.rank_zero.pod):
+            pod = current[gang.rank_zero.pod].name  # a spare that took rank 0 keeps its own name
+            return Decision(Action.COMPLETE, Reason.RANK_ZERO_SUCCEEDED, f"rank-0 pod {pod} succeeded")
         return None
     workers = [m.pod for m in gang.of_role(Role.WORKER)]
     if workers and all(succeeded(pod) for pod in workers):

@@ -166,7 +166,7 @@ def next_status(
         conditions.set(ConditionType.RUNNING, "False", "MemberEnded", decision.message)
     broken_since = (old.broken_since or timestamp(now)) if decision.reason == Reason.SETTLING else None
     current = observed.of_attempt(attempt)
-    present = {p.name for p in current}
+    present = {p.member for p in current}
     # From here on a missing pod of this attempt is a lost member, not one still to create. All present
     # counts too: an operator that stopped (or whose status write was refused as outdated) between
     # creating the pods and recording it records it now, start time and all.
@@ -176,6 +176,7 @@ def next_status(
     created_attempt = attempt if action == Action.CREATE_MISSING or all_present else old.created_attempt
     if action == Action.CREATE_MISSING or (all_present and old.created_attempt != attempt):
         kept = f"; {', '.join(decision.kept)} train on in place" if decision.kept else ""
+        kept += "".join(f"; spare {spare} takes the rank of {member}" for spare, member in decision.takeovers)
         conditions.set(
             ConditionType.CREATED, "True", "Created", f"created the pods of attempt {attempt}{kept}"
         )
@@ -229,7 +230,10 @@ def next_status(
         phase=_phase(conditions),
         conditions=conditions.items,
         replica_statuses=[
-            _replica_status(role, [p for p in current if p.role == role]) for role in gang.spec.roles()
+            _replica_status(
+                role, [p for p in current if p.role == role], [p for p in observed.spares if p.role == role]
+            )
+            for role in gang.spec.roles()
         ],
         replicas_ready=f"{ready}/{len(gang.members)}",
         attempt=attempt,
@@ -380,19 +384,22 @@ def _set_schedulability(
 
 def _all_running(gang: Gang, observed: Observed, attempt: int) -> bool:
     """Every pod of the attempt exists and is running (or has already finished well), at least one running."""
-    pods = {p.name: p for p in observed.of_attempt(attempt) if not p.terminating}
+    pods = {p.member: p for p in observed.of_attempt(attempt) if not p.terminating}
     states = [pods[m.pod].state if m.pod in pods else None for m in gang.members]
     running = (PodState.RUNNING, PodState.READY)
     return all(s in (*running, PodState.SUCCEEDED) for s in states) and any(s in running for s in states)
 
 
-def _replica_status(role: Role, pods: list[PodView]) -> ReplicaStatus:
+def _replica_status(role: Role, pods: list[PodView], spares: list[PodView]) -> ReplicaStatus:
+    running = (PodState.RUNNING, PodState.READY)
     return ReplicaStatus(
         role=role,
         active=sum(1 for p in pods if p.state in ACTIVE_STATES and not p.terminating),
         ready=sum(1 for p in pods if p.state == PodState.READY and not p.terminating),
         succeeded=sum(1 for p in pods if p.state == PodState.SUCCEEDED),
         failed=sum(1 for p in pods if p.state in ENDED_ABNORMALLY),
+        spares=sum(1 for p in spares if p.state in ACTIVE_STATES and not p.terminating),
+        spares_running=sum(1 for p in spares if p.state in running and not p.terminating),
     )
 
 

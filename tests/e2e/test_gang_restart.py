@@ -16,7 +16,7 @@ import yaml
 from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.names import ATTEMPT_LABEL, RANK_LABEL, RENDEZVOUS_HOST_ANNOTATION, SPARE_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
@@ -53,16 +53,21 @@ def restart_job(name: str) -> dict[str, Any]:
 
 
 def disrupted_after_a_checkpoint(
-    jobs: Jobs, core: client.CoreV1Api, name: str, newest: Callable[[], int | None], disrupt: Disruption
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    name: str,
+    newest: Callable[[], int | None],
+    disrupt: Disruption,
+    member: str = "worker-1",
 ) -> int:
-    """Once the job has a checkpoint at DISRUPT_AFTER_STEP or later, worker 1 disrupted; then the job
+    """Once the job has a checkpoint at DISRUPT_AFTER_STEP or later, `member` disrupted; then the job
     run to Succeeded. The checkpoint's step seen before the disruption."""
     seen = wait_for(
         lambda: (step := newest()) is not None and step >= DISRUPT_AFTER_STEP and step,
         f"a checkpoint at step {DISRUPT_AFTER_STEP} or later",
         timeout=300,
     )
-    disrupt(core, jobs.namespace, f"{name}-worker-1")
+    disrupt(core, jobs.namespace, f"{name}-{member}")
     try:
         jobs.wait_condition(name, "Succeeded", timeout=600)
     except AssertionError:
@@ -159,6 +164,63 @@ def test_an_evicted_worker_of_an_in_place_job_is_replaced_while_the_other_trains
     assert result_line(core, namespace, f"{name}-worker-1")["weights_sha256"] == result["weights_sha256"]
     cost = status["goodput"]["lastRestart"]
     assert cost["attempt"] == 2 and cost["restoreSeconds"] >= 0, status["goodput"]
+
+
+def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
+    cluster_c: Cluster,
+    crd: dict[str, Any],
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """spec.replicas[].spares: 1 under InPlace: the spare starts once the workers have a node and waits
+    with torch imported. Worker 0 (rank 0, the rendezvous host) evicted: the operator relabels the spare
+    with rank 0 and attempt 2 and the rendezvous host with its name, the kubelet rewrites the files of
+    both running pods, and the two train on from the step they saved together; no pod is created for
+    rank 0, and a new spare starts behind."""
+    images.ensure(cluster_c, images.TORCH_TRAINER)
+    name = "restart-spare"
+    job = restart_job(name)
+    job["spec"]["runPolicy"]["restartStrategy"] = "InPlace"
+    job["spec"]["replicas"][0]["spares"] = 1
+    spare_name = f"{name}-worker-spare0"
+    checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+    with operator_taking_reports(cluster_c, namespace, monkeypatch):
+        jobs.create(job)
+        wait_for(lambda: "a hot spare: waiting for a rank" in _log_or_empty(core, namespace, spare_name),
+                 "the spare to wait for a rank", timeout=300)  # fmt: skip
+        spare = core.read_namespaced_pod(spare_name, namespace)
+        wait_for(lambda: (jobs.get(name)["status"]["replicaStatuses"][0].get("sparesRunning") == 1),
+                 "status to count the running spare", timeout=60)  # fmt: skip
+        seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, evict, "worker-0")
+        assert seen < STEPS, "the run ended before it could be disrupted"
+    status = jobs.get(name)["status"]
+    assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
+    created = next(c for c in status["conditions"] if c["type"] == "Created")
+    assert f"spare {spare_name} takes the rank of {name}-worker-0" in created["message"], created
+    member = core.read_namespaced_pod(spare_name, namespace)
+    assert member.metadata.uid == spare.metadata.uid
+    labels = member.metadata.labels
+    assert (labels[RANK_LABEL], labels[ATTEMPT_LABEL], SPARE_LABEL in labels) == ("0", "2", False), labels
+    assert member.metadata.annotations[RENDEZVOUS_HOST_ANNOTATION].startswith(f"{spare_name}.{name}.")
+    log = core.read_namespaced_pod_log(spare_name, namespace)
+    assert "attempt 2: taking rank 0" in log, log[-3000:]
+    result = result_line(core, namespace, spare_name)
+    assert seen <= result["resumed_from_step"] < STEPS, result
+    assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
+    assert result_line(core, namespace, f"{name}-worker-1")["weights_sha256"] == result["weights_sha256"]
+    # The finished job's other spares went; rank 0's old pod is gone and no pod of that name came back
+    # (worker 1 may go too: cleanPodPolicy Running deletes a rank still finishing when rank 0 succeeds).
+    left = {p.metadata.name for p in jobs.pods(name)}
+    assert spare_name in left and left <= {f"{name}-worker-1", spare_name}, left
+
+
+def _log_or_empty(core: client.CoreV1Api, namespace: str, pod: str) -> str:
+    try:
+        return str(core.read_namespaced_pod_log(pod, namespace))
+    except client.ApiException:  # not created or not started yet
+        return ""
 
 
 def newest_checkpoint(example: str, directory: Path) -> int | None:

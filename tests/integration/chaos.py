@@ -167,7 +167,8 @@ class Chaos:
 
 
 class PodLedger:
-    """Every pod the job's watch shows being added, by (job, attempt, role, index): their uids."""
+    """Every pod the job's watch shows, by (job, attempt, role, index): their uids (a hot spare's once it
+    took a member's place)."""
 
     def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
         self.uids: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
@@ -188,6 +189,8 @@ class PodLedger:
                     pod = event["object"]
                     version = pod.metadata.resource_version
                     labels = pod.metadata.labels or {}
+                    if ATTEMPT_LABEL not in labels:  # a hot spare: recorded once it takes a rank
+                        continue
                     key = (
                         labels[JOB_NAME_LABEL],
                         labels[ATTEMPT_LABEL],
@@ -208,13 +211,16 @@ class PodLedger:
             self._stop.set()
             self._thread.join()
 
-    def twice(self, names: dict[str, str]) -> dict[tuple[str, str, str, str], set[str]]:
-        """The members that had more pods than their job's life (name -> life) plans: one each, and an
-        elastic job's lost member one more per replacement; raises if the ledger's watch died (it saw
-        nothing since)."""
+    def seen(self) -> dict[tuple[str, str, str, str], set[str]]:
+        """What the ledger recorded; raises if its watch died (it saw nothing since)."""
         if self.error is not None or (not self._thread.is_alive() and not self._stop.is_set()):
             raise AssertionError(f"the pod ledger's watch died: {self.error!r}") from self.error
-        return {key: uids for key, uids in self.uids.items() if len(uids) > _planned_pods(key, names)}
+        return dict(self.uids)
+
+    def twice(self, names: dict[str, str]) -> dict[tuple[str, str, str, str], set[str]]:
+        """The members that had more pods than their job's life (name -> life) plans: one each, and an
+        elastic job's lost member one more per replacement; raises if the ledger's watch died."""
+        return {key: uids for key, uids in self.seen().items() if len(uids) > _planned_pods(key, names)}
 
 
 def _planned_pods(key: tuple[str, str, str, str], names: dict[str, str]) -> int:

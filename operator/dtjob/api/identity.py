@@ -21,3 +21,6 @@ CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 # future suffix (e.g. a 2-digit slice index) without breaking existing jobs: 45.
 MAX_JOB_NAME_LENGTH: Final = 45
 MAX_REPLICA_COUNT: Final = 10000
+# Hot spares are named `<job>-<role>-spare<k>` (PyTorch roles: master, worker), k the lowest number free:
+# 45 + 13 + 5 digits = 63, even were every member of the largest gang replaced by a spare.
+MAX_SPARES: Final = 16

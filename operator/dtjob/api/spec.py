@@ -11,7 +11,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
-from dtjob.api.identity import MAX_REPLICA_COUNT
+from dtjob.api.identity import MAX_REPLICA_COUNT, MAX_SPARES
 from dtjob.api.rules import Rule, WireModel, list_map, reject_duplicates
 
 
@@ -182,6 +182,10 @@ class ReplicaSpec(WireModel):
     """The role; a role appears at most once in spec.replicas."""
     count: Annotated[int, Field(ge=1, le=MAX_REPLICA_COUNT)] = 1
     """Number of pods of this role (1 for Master, Chief and Evaluator)."""
+    spares: Annotated[int, Field(ge=0, le=MAX_SPARES)] = 0
+    """Hot spares (runPolicy.restartStrategy InPlace): pods of this role started ahead, imports done,
+    waiting outside the gang. When a member of the role is lost, a spare takes its rank at once and a new
+    spare is started behind it."""
     template: PodTemplate
 
     rules = (
@@ -426,6 +430,19 @@ PS_NEEDS_CHIEF: Final = Rule(
 
 
 _ELASTIC = "has(self.torch) && has(self.torch.elastic)"
+_ONE_PROCESS_A_POD = (
+    "(has(self.torch) && has(self.torch.nprocPerNode) && type(self.torch.nprocPerNode) == int) "
+    "? self.torch.nprocPerNode == 1 "
+    ": (!has(self.accelerator) || !has(self.accelerator.count) || self.accelerator.count == 1)"
+)
+
+
+def one_process_a_pod(spec: DistributedTrainingJobSpec) -> bool:
+    """Whether each pod runs one training process (nprocPerNode resolves to 1): no torchrun workers."""
+    nproc = spec.torch.nproc_per_node
+    if type(nproc) is int:
+        return nproc == 1
+    return spec.accelerator is None or spec.accelerator.count == 1
 
 
 def _worker_count(spec: DistributedTrainingJobSpec) -> int:
@@ -544,6 +561,18 @@ class DistributedTrainingJobSpec(WireModel):
             holds=lambda s: (
                 s.run_policy.restart_strategy != RestartStrategy.IN_PLACE
                 or (s.framework == Framework.PYTORCH and s.torch.elastic is None)
+            ),
+        ),
+        Rule(
+            cel="self.replicas.all(r, !has(r.spares) || r.spares == 0) || (has(self.runPolicy) "
+            f"&& has(self.runPolicy.restartStrategy) && self.runPolicy.restartStrategy == '{RestartStrategy.IN_PLACE}' "
+            f"&& ({_ONE_PROCESS_A_POD}))",
+            message="spec.replicas[].spares needs spec.runPolicy.restartStrategy InPlace and one process a "
+            "pod (spec.torch.nprocPerNode 1, or auto with at most 1 GPU a pod): a spare learns its rank "
+            "from a file when it takes one, which torchrun's workers cannot",
+            holds=lambda s: (
+                all(r.spares == 0 for r in s.replicas)
+                or (s.run_policy.restart_strategy == RestartStrategy.IN_PLACE and one_process_a_pod(s))
             ),
         ),
         Rule(

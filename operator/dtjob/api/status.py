@@ -92,6 +92,11 @@ class ReplicaStatus(StatusModel):
     succeeded: int = 0
     failed: int = 0
     """Pods that failed or were preempted."""
+    # Written only for a role with hot spares (spec.replicas[].spares).
+    spares: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Hot spares pending or running, outside the gang."""
+    spares_running: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Hot spares whose trainer runs: each can take a lost member's rank at once."""
 
 
 class Restarts(StatusModel):

@@ -38,6 +38,8 @@ class Gang:
     """Nodes the pods are kept off (status.avoidedNodes: slow ranks' nodes)."""
     autopilot: bool = False
     """The GPU pods take the shape of GKE's Autopilot recipes (nccl.profile_for)."""
+    rendezvous_pod: str | None = None
+    """The pod that holds rank 0 when it is not rank 0's own (a hot spare took the rank); None otherwise."""
 
     @classmethod
     def of(
@@ -84,6 +86,13 @@ class Gang:
     def rank_zero(self) -> Member:
         """Master or Chief when present, else Worker 0 (the spec's rules guarantee one of them)."""
         return self.members[0]
+
+    @property
+    def rendezvous_host(self) -> str:
+        """The DNS name of the pod that holds rank 0: where the gang meets (MASTER_ADDR)."""
+        if self.rendezvous_pod is None:
+            return self.rank_zero.host
+        return pod_dns_name(self.rendezvous_pod, self.job)
 
     def of_role(self, role: Role) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.role == role)

@@ -21,7 +21,7 @@ class PyTorchWiring:
         return spec.torch.port
 
     def env(self, gang: Gang, member: Member) -> Env:
-        master, port = gang.rank_zero.host, str(self.port(gang.spec))
+        master, port = gang.rendezvous_host, str(self.port(gang.spec))
         if (elastic := gang.spec.torch.elastic) is not None:
             # torchrun's c10d rendezvous, hosted by Worker 0's torchrun (the endpoint names its host), hands
             # out ranks and the world size afresh each time members join or leave: no rank is fixed here.
