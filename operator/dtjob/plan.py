@@ -240,10 +240,11 @@ def reconcile(
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     admission = admitted.message if admitted else None
     # Rank 0's reports lead the progress shown; a spare that took rank 0 reports under its own name.
-    rank_zero = next(
-        (p.name for p in observed.of_attempt(gang.attempt) if p.member == gang.rank_zero.pod),
-        gang.rank_zero.pod,
-    )
+    rank_zero = gang.rank_zero.pod
+    if ledger is not None:
+        rank_zero = next(
+            (p.name for p in observed.pods if p.member == rank_zero and p.attempt == gang.attempt), rank_zero
+        )
     shown = progress.carried(old.progress, ledger, rank_zero, gang.attempt)
     new = next_status(
         old, gang, observed, decision, now, generation, queueing is not None, admission, shown, slow
@@ -525,6 +526,8 @@ def _spares_to_create(
 ) -> list[dict[str, Any]]:
     """The spares each role lacks (spec.replicas[].spares), named with the lowest numbers free: those
     pending or running count, not those ended or going, nor those taking a rank in this pass."""
+    if not any(gang.spec.replica(role).spares for role in gang.spec.roles()):
+        return []
     names = {p.name for p in (*observed.pods, *observed.spares)}
     created: list[dict[str, Any]] = []
     for role in gang.spec.roles():

@@ -250,11 +250,12 @@ def decide(
                 timers.append((pod.created + limit - now).total_seconds())
 
     kept_pods = kept_in_place(status, observed)
-    kept = {p.name for p in kept_pods}
+    kept, kept_members = {p.name for p in kept_pods}, {p.member for p in kept_pods}
     # An Evaluator that went (or failed and was deleted) is simply created again: nothing depends on it.
-    absent = [m for m in gang.members if m.pod not in current and m.pod not in {p.member for p in kept_pods}]
-    takeovers = _takeovers(absent, observed.spares)
-    missing = [m.pod for m in absent if m.pod not in {member for _, member in takeovers}]
+    absent = [m for m in gang.members if m.pod not in current and m.pod not in kept_members]
+    takeovers = _takeovers(absent, observed.spares) if absent and observed.spares else ()
+    taken = {member for _, member in takeovers}
+    missing = [m.pod for m in absent if m.pod not in taken]
     # Under InPlace a pod of an earlier attempt that is not kept can join no later rendezvous (the ranks
     # meet under their attempt's prefix, and only kept pods and spares are moved to it): only its name
     # is in the way, of a member's pod to create.
