@@ -1,4 +1,5 @@
-"""The PyTorch checkpoint manager in one process: what a restore brings back, and asynchronous saves."""
+"""The PyTorch checkpoint manager in one process: what a restore brings back, asynchronous saves, and a
+checkpoint held in memory (between ranks: test_pytorch_gang.py's in-place restarts and hot spares)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from dtjob_trainer.environment import TorchRendezvous
-from dtjob_trainer.pytorch.checkpoint import CheckpointManager
+from dtjob_trainer.pytorch.checkpoint import TRAINER_STATE_FILE, CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext, init_distributed
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
 from dtjob_trainer.pytorch.state import TrainingProgress, TrainingState
@@ -95,6 +96,51 @@ def test_an_asynchronous_save_keeps_the_state_as_it_was_when_called(
     restored = new_state(seed=1)
     CheckpointManager(tmp_path, context).restore_latest(restored)
     assert_same_training_state(restored, snapshot)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["save", "save_async"])
+def test_a_held_checkpoint_resumes_from_memory_as_often_as_asked_and_never_changes(
+    context: DistributedContext, tmp_path: Path, caplog: pytest.LogCaptureFixture, asynchronous: bool
+) -> None:
+    saved = new_state(seed=0)
+    train(saved, steps=3)
+    manager = CheckpointManager(tmp_path, context, hold_in_memory=True)
+    (manager.save_async if asynchronous else manager.save)(saved)
+    manager.close()
+    snapshot = copy.deepcopy(saved)
+    train(saved, steps=2)  # the live tensors the save copied go on changing
+    # The volume's copy gone: only the step `latest` names is asked of it.
+    (manager.files.path_for(3) / TRAINER_STATE_FILE).unlink()
+
+    for _ in range(2):
+        restored = new_state(seed=1)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="dtjob_trainer"):
+            assert CheckpointManager(tmp_path, context, hold_in_memory=True).restore_latest(restored) == 3
+        assert "read from this process's memory" in caplog.text
+        assert_same_training_state(restored, snapshot)
+        train(restored, steps=2)  # the optimizer's momentum buffers change in place
+
+
+def test_a_held_checkpoint_older_than_the_newest_on_the_volume_is_not_used(
+    context: DistributedContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = new_state(seed=0)
+    train(state, steps=3)
+    CheckpointManager(tmp_path, context, hold_in_memory=True).save(state)
+    train(state, steps=2)
+    CheckpointManager(tmp_path, context).save(state)  # a process that holds nothing saved step 5
+
+    restored = new_state(seed=1)
+    with caplog.at_level("INFO", logger="dtjob_trainer"):
+        assert CheckpointManager(tmp_path, context, hold_in_memory=True).restore_latest(restored) == 5
+    assert "read from the volume" in caplog.text
+    assert_same_training_state(restored, state)
+
+
+def test_only_replicated_checkpoints_are_held_in_memory(context: DistributedContext, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="replicated models only"):
+        CheckpointManager(tmp_path, context, layout="sharded", hold_in_memory=True)
 
 
 def test_a_resumed_sampler_yields_exactly_the_rest_of_the_epoch() -> None:

@@ -53,10 +53,27 @@ LOSSES = pytest.mark.parametrize(
 )
 
 
+def ddp_job(workdir: Path, workers: int = 2) -> dict[str, Any]:
+    """The DDP example with `workers` ranks, trained for as many steps as with its own 2 (the same
+    accuracy: a rank's batch stays 32)."""
+    job = local_job("ddp-digits.yaml", workdir)
+    replica = job["spec"]["replicas"][0]
+    replica["count"] = workers
+    args = replica["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--epochs") + 1] = str(int(args[args.index("--epochs") + 1]) * workers // 2)
+    return job
+
+
 @pytest.fixture(scope="module")
 def uninterrupted_ddp(tmp_path_factory: pytest.TempPathFactory) -> Results:
     workdir = tmp_path_factory.mktemp("ddp-uninterrupted")
-    return train(local_job("ddp-digits.yaml", workdir), 0, workdir)
+    return train(ddp_job(workdir), 0, workdir)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_ddp_of_4(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    workdir = tmp_path_factory.mktemp("ddp-of-4-uninterrupted")
+    return train(ddp_job(workdir, workers=4), 0, workdir)
 
 
 def test_ddp_gang_with_the_operators_env_trains_to_identical_weights_on_every_rank(
@@ -68,12 +85,12 @@ def test_ddp_gang_with_the_operators_env_trains_to_identical_weights_on_every_ra
     assert {result["resumed_from_step"] for result in uninterrupted_ddp.values()} == {None}
 
 
-def test_ddp_gang_killed_mid_run_resumes_at_the_last_checkpoint_and_ends_bitwise_equal(
-    uninterrupted_ddp: Results, tmp_path: Path
+def test_ddp_gang_of_4_killed_mid_run_resumes_at_the_last_checkpoint_and_ends_bitwise_equal(
+    uninterrupted_ddp_of_4: Results, tmp_path: Path
 ) -> None:
-    job = local_job("ddp-digits.yaml", tmp_path)
+    job = ddp_job(tmp_path, workers=4)
     checkpoints = checkpoints_of(job)
-    final_step = the_one({result["step"] for result in uninterrupted_ddp.values()})
+    final_step = the_one({result["step"] for result in uninterrupted_ddp_of_4.values()})
     with running(rendered_pods(job, attempt=0), tmp_path) as gang:
         first = gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
         rank0 = gang.pod_named("worker-0")
@@ -99,9 +116,10 @@ def test_ddp_gang_killed_mid_run_resumes_at_the_last_checkpoint_and_ends_bitwise
     assert {result["step"] for result in resumed.values()} == {final_step}
     assert the_one({result["test_accuracy"] for result in resumed.values()}) >= MIN_ACCURACY
     # Same seed, same data order from the sampler position, same RNG streams (dropout), same optimizer
-    # and scheduler state, and a 2-rank all-reduce is a single commutative add: nothing can differ.
+    # and scheduler state, and the same gradient buckets in DDP: 4 ranks' sums add up in the same order
+    # (two ranks' would in any order, so 4 it is).
     assert the_one({result["weights_sha256"] for result in resumed.values()}) == the_one(
-        {result["weights_sha256"] for result in uninterrupted_ddp.values()}
+        {result["weights_sha256"] for result in uninterrupted_ddp_of_4.values()}
     )
 
 
@@ -156,6 +174,10 @@ def test_in_place_restart_keeps_the_survivors_process_and_ends_bitwise_equal(
     assert set(codes.values()) == {0}, gang.logs()
     assert gang.pods[survivor.name] is survivor, "the survivor's process was replaced"
     assert "attempt 2: training on in place" in survivor.log()
+    # The checkpoint at hand: the survivor's own copy, and the new pod's from the survivor, not the volume.
+    assert "read from this process's memory" in survivor.log()
+    kept_rank = int(kept.rsplit("-", 1)[1])
+    assert f"read from rank {kept_rank}'s memory" in gang.pod_named(lost).log()
     assert {result["resumed_from_step"] for result in results.values()} == {resume_at}
     assert the_one({result["weights_sha256"] for result in results.values()}) == the_one(
         {result["weights_sha256"] for result in uninterrupted_ddp.values()}
@@ -173,7 +195,9 @@ def test_a_hot_spare_takes_the_lost_rank_in_its_running_process_and_ends_bitwise
     with running(rendered_pods(job, attempt=1), tmp_path) as gang:
         spare = gang.add(render_spare(Gang.of(JobRef.of(job), parse_job(job).spec, 1), Role.WORKER, 0))
         gang.wait_for(checkpoints.latest_step, "a first checkpoint", interval=0.01)
-        wait_for(lambda: "a hot spare: waiting for a rank" in spare.log(), "the spare to wait", 60)
+        wait_for(
+            lambda: "a hot spare: waiting for a rank (warmed up in" in spare.log(), "the spare to wait", 60
+        )
         seen = checkpoints.latest_step()
         gang.pod_named(lost).signal(how)
         # The operator, at once (it waits neither for the lost rank to exit nor for the survivor to end its
@@ -185,6 +209,7 @@ def test_a_hot_spare_takes_the_lost_rank_in_its_running_process_and_ends_bitwise
         results = {name: gang.pods[name].result() for name in codes}
     assert set(codes.values()) == {0}, gang.logs()
     assert f"attempt 2: taking rank {lost_rank}" in spare.log()
+    assert f"read from rank {1 - lost_rank}'s memory" in spare.log()
     assert the_one({result["resumed_from_step"] for result in results.values()}) >= (seen or 0)
     assert the_one({result["weights_sha256"] for result in results.values()}) == the_one(
         {result["weights_sha256"] for result in uninterrupted_ddp.values()}

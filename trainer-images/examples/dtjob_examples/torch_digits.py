@@ -81,7 +81,10 @@ def build_model() -> nn.Sequential:
 def parallelize(model: nn.Sequential, parallelism: Parallelism, context: DistributedContext) -> nn.Module:
     if parallelism == "ddp":
         device_ids = [context.device.index] if context.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        # Bitwise resume beyond two ranks (docs/trainer-runtime.md#checkpoints-pytorch): DDP rebuilds its
+        # gradient buckets after its first step, so a resumed run's first step would all-reduce in another
+        # layout, and more than two ranks' sums round differently in it; this flag keeps the first layout.
+        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
     if parallelism == "tp":
         # Megatron's pairing: the first layer's output features split across the ranks (columns), the
         # second's input features (rows), so the hidden activations stay local and one all-reduce a layer

@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 _FIRST_RETRY_DELAY_S = 0.05
 _MAX_RETRY_DELAY_S = 2.0
+# A refused connection costs rank 0 nothing (the kernel answers it), and rank 0 listens within moments of
+# its start: polling its port often keeps a worker from sleeping past it, as a long backoff would.
+_MAX_CONNECT_RETRY_DELAY_S = 0.25
 
 
 class RendezvousTimeout(RuntimeError):
@@ -42,18 +45,27 @@ def wait_until_resolvable(host: str, port: int, deadline: Deadline) -> None:
     _retry(lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), host, port, deadline, "resolve")
 
 
-def wait_until_accepting(host: str, port: int, deadline: Deadline) -> None:
+def wait_until_accepting(
+    host: str, port: int, deadline: Deadline, max_retry_delay_s: float = _MAX_CONNECT_RETRY_DELAY_S
+) -> None:
     """Return once a TCP connection to host:port succeeds (the connection is closed straight away)."""
 
     def connect() -> None:
         with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline.remaining()))):
             pass
 
-    _retry(connect, host, port, deadline, "connect to")
+    _retry(connect, host, port, deadline, "connect to", max_retry_delay_s)
 
 
-def _retry(attempt: Callable[[], object], host: str, port: int, deadline: Deadline, verb: str) -> None:
-    delay = _FIRST_RETRY_DELAY_S
+def _retry(
+    attempt: Callable[[], object],
+    host: str,
+    port: int,
+    deadline: Deadline,
+    verb: str,
+    max_retry_delay_s: float = _MAX_RETRY_DELAY_S,
+) -> None:
+    delay = min(_FIRST_RETRY_DELAY_S, max_retry_delay_s)
     for attempts in itertools.count(1):
         try:
             attempt()
@@ -69,4 +81,4 @@ def _retry(attempt: Callable[[], object], host: str, port: int, deadline: Deadli
                     f"(DTJ_RENDEZVOUS_TIMEOUT_SECONDS sets this wait)"
                 ) from err
         time.sleep(min(delay, deadline.remaining()))
-        delay = min(delay * 2, _MAX_RETRY_DELAY_S)
+        delay = min(delay * 2, max_retry_delay_s)

@@ -5,7 +5,9 @@ position) and the RNG states of every rank. Layout and atomicity: checkpoint_fil
 
 - Replicated models (one process, or DistributedDataParallel): rank 0 writes `trainer.pt`; every rank
   loads it. `save_async` copies the state to host memory and lets a background thread write it, so
-  training stalls only for the copy.
+  training stalls only for the copy. With `hold_in_memory` (in-place restarts) every rank also keeps
+  a host copy of what it saved, and a resume reads the newest checkpoint from there
+  (held_checkpoint.py) rather than from the volume.
 - Sharded models (FSDP2 `fully_shard`, tensor parallel DTensors, a pipeline stage per rank): every rank
   writes its own shards with torch.distributed.checkpoint into the same directory and rank 0 adds
   `trainer.pt` with the rest; every rank loads its shards (DCP reshards if the world size changed).
@@ -32,7 +34,9 @@ from torch.distributed.checkpoint.state_dict_saver import save as save_shards
 from torch.nn.parallel import DistributedDataParallel
 
 from dtjob_trainer.checkpoint_files import CheckpointDirectory
+from dtjob_trainer.pytorch import held_checkpoint
 from dtjob_trainer.pytorch.distributed import DistributedContext
+from dtjob_trainer.pytorch.held_checkpoint import copy_of
 from dtjob_trainer.pytorch.rng import capture_rng_state, restore_rng_state
 from dtjob_trainer.pytorch.state import TrainingProgress, TrainingState
 
@@ -66,10 +70,16 @@ class CheckpointManager:
         *,
         keep_last: int = 3,
         layout: CheckpointLayout = "replicated",
+        hold_in_memory: bool = False,
     ) -> None:
+        """`hold_in_memory`: keep a host copy of the newest checkpoint in this process for the next
+        round to resume from (held_checkpoint.py); replicated models only."""
+        if hold_in_memory and layout != "replicated":
+            raise ValueError(f"checkpoints are held in memory for replicated models only, not {layout} ones")
         self.files = CheckpointDirectory(root, keep_last)
         self._context = context
         self._layout = layout
+        self._hold = hold_in_memory
         self._writer: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         # The step whose checkpoint is (being) written by this process: saving it again is a no-op.
@@ -90,6 +100,9 @@ class CheckpointManager:
             self._save_by_every_rank(state)
         else:
             trainer_state = self._trainer_state(state)
+            if self._hold:
+                trainer_state = copy_of(trainer_state)
+                held_checkpoint.hold(self.files.root, step, trainer_state)
             if self._context.is_rank_zero:
                 self._write(step, trainer_state)
             dist.barrier()
@@ -107,9 +120,12 @@ class CheckpointManager:
         if step == self._saved_step:
             return
         trainer_state = self._trainer_state(state)
-        if self._context.is_rank_zero:
+        if self._hold:
             # Training goes on mutating the live tensors (CPU state dicts alias the parameters).
-            snapshot = _copy_to_host(trainer_state)
+            trainer_state = copy_of(trainer_state)
+            held_checkpoint.hold(self.files.root, step, trainer_state)
+        if self._context.is_rank_zero:
+            snapshot = trainer_state if self._hold else copy_of(trainer_state)
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
             self._pending = self._writer.submit(self._write, step, snapshot)
@@ -123,11 +139,14 @@ class CheckpointManager:
 
     def restore_latest(self, state: TrainingState) -> int | None:
         """Load the newest published checkpoint into `state`; its step, or None when there is none."""
-        step = self._agreed_latest_step()
+        step, holders = self._agreed_latest_step()
         if step is None:
             return None
         path = self.files.path_for(step)
-        trainer_state = torch.load(path / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+        if any(holders):
+            trainer_state, source = held_checkpoint.shared_copy(self.files.root, step, holders, self._context)
+        else:
+            trainer_state, source = self._read(step)
         if trainer_state["format"] != FORMAT_VERSION:
             raise ValueError(
                 f"{path} has checkpoint format {trainer_state['format']}, expected {FORMAT_VERSION}"
@@ -164,14 +183,34 @@ class CheckpointManager:
             )
         self._saved_step = step
         self.published_step = step if self._context.is_rank_zero else None
-        log.info("resumed from %s (epoch %d, step %d)", path, state.progress.epoch, step)
+        log.info(
+            "resumed from %s (epoch %d, step %d), read from %s", path, state.progress.epoch, step, source
+        )
         return step
 
-    def _agreed_latest_step(self) -> int | None:
-        """Rank 0 reads `latest` and tells the others, so all ranks load the same checkpoint."""
-        found = [self.files.latest_step() if self._context.is_rank_zero else None]
-        dist.broadcast_object_list(found, src=0)
-        return found[0]
+    def _agreed_latest_step(self) -> tuple[int | None, list[bool]]:
+        """Rank 0 reads `latest` and tells the others, so all ranks load the same checkpoint; and
+        whether each rank holds that step in memory."""
+        if not self._hold:
+            found = [self.files.latest_step() if self._context.is_rank_zero else None]
+            dist.broadcast_object_list(found, src=0)
+            return found[0], [False] * self._context.world_size
+        mine = (
+            self.files.latest_step() if self._context.is_rank_zero else None,
+            held_checkpoint.held_step(self.files.root),
+        )
+        everyone: list[Any] = [None] * self._context.world_size
+        dist.all_gather_object(everyone, mine)
+        latest = everyone[0][0]
+        return latest, [latest is not None and held == latest for _, held in everyone]
+
+    def _read(self, step: int) -> tuple[dict[str, Any], str]:
+        """The trainer state of `step`'s checkpoint from the volume (and a copy held, when held)."""
+        path = self.files.path_for(step) / TRAINER_STATE_FILE
+        trainer_state = torch.load(path, map_location="cpu", weights_only=True)
+        if self._hold:
+            held_checkpoint.hold(self.files.root, step, copy_of(trainer_state))
+        return trainer_state, "the volume"
 
     def _trainer_state(self, state: TrainingState) -> dict[str, Any]:
         """What rank 0 writes to trainer.pt (all of it unless sharded); collective: it gathers every
@@ -223,13 +262,3 @@ class CheckpointManager:
 def _unwrapped(model: nn.Module) -> nn.Module:
     """The module whose state dict is the model's (DDP only adds a `module.` prefix)."""
     return model.module if isinstance(model, DistributedDataParallel) else model
-
-
-def _copy_to_host(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {key: _copy_to_host(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_copy_to_host(item) for item in value)
-    return value

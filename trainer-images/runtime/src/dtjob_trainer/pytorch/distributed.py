@@ -133,7 +133,14 @@ def attempt_store(rendezvous: TorchRendezvous, attempt: int, deadline: Deadline)
                 raise
             log.warning("no store of attempt %d at %s:%d yet (%s): trying again", attempt,
                         rendezvous.master_addr, rendezvous.master_port, str(error).splitlines()[0])  # fmt: skip
-            time.sleep(STORE_RETRY_SECONDS)
+            if rendezvous.rank == 0:
+                time.sleep(STORE_RETRY_SECONDS)
+            else:
+                # Rank 0 is between two stores, binding its next one in moments: TCPStore's own
+                # connect retry backs off by up to a second against a refused port, this polls.
+                wait_until_accepting(
+                    rendezvous.master_addr, rendezvous.master_port, deadline, STORE_RETRY_SECONDS
+                )
 
 
 @contextmanager

@@ -150,10 +150,15 @@ def open_session(
     asynchronous_checkpoints: bool = False,
     keep_last: int = 3,
     total_steps: int | None = None,
+    checkpoint_in_memory: bool = True,
 ) -> Iterator[TrainingSession]:
     """A session wired from the pod's environment: checkpoints in DTJ_CHECKPOINT_DIR, SIGTERM budget
     DTJ_PREEMPTION_BUDGET_SECONDS, metrics on DTJ_METRICS_PORT from rank 0, progress reports to the
-    operator (DTJ_PROGRESS_URL) from every rank; `total_steps` gives the operator a percent and an ETA."""
+    operator (DTJ_PROGRESS_URL) from every rank; `total_steps` gives the operator a percent and an ETA.
+
+    Under in-place restarts (DTJ_ATTEMPT_FILE) with a replicated model, each rank keeps its newest
+    checkpoint in host memory for the next round to resume from (held_checkpoint.py) unless
+    `checkpoint_in_memory` is False (a copy of the model and optimizer a rank is too much)."""
     if env.checkpoint_dir is None:
         raise TrainerEnvironmentError("DTJ_CHECKPOINT_DIR (or AIP_CHECKPOINT_DIR) is not set")
     with ExitStack() as stack:
@@ -168,8 +173,13 @@ def open_session(
         if poster is not None:
             stack.enter_context(poster)
             own_time = OwnStepClock.attach(state.model, context.device)
+        in_place = env.attempt_file is not None
         checkpoints = CheckpointManager(
-            env.checkpoint_dir, context, keep_last=keep_last, layout=checkpoint_layout
+            env.checkpoint_dir,
+            context,
+            keep_last=keep_last,
+            layout=checkpoint_layout,
+            hold_in_memory=in_place and checkpoint_in_memory and checkpoint_layout == "replicated",
         )
         stack.callback(checkpoints.close)
         yield TrainingSession(
@@ -182,5 +192,5 @@ def open_session(
             poster=poster,
             asynchronous_checkpoints=asynchronous_checkpoints,
             own_time=own_time,
-            in_place=env.attempt_file is not None,
+            in_place=in_place,
         )
