@@ -13,6 +13,12 @@ of N checkpoints, each taken after the gang last resumed; InPlace+spare is InPla
 (status.goodput.lastRestart: detection, teardown, start, restore, lost work), the wall time lost per
 preemption (the run's wall time less the uninterrupted run's, over N), each run's goodput, and whether
 the final weights (the example's sha256 of them) are the uninterrupted run's (docs/fault-tolerance.md).
+
+Each takeover starts a new spare, whose start-up (a container, a torch import) shares this node's CPUs
+with the training ranks; on GKE a spare has a node of its own. So with InPlace+spare the benchmark also
+runs the job with one spare and no preemption, evicting the waiting spare at the same N points instead
+(its replacement starts as after a takeover), and prints InPlace+spare's loss against that run too: the
+recovery's own cost, without the spare start-ups' share of the CPU.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from tests.e2e.test_gang_restart import evict, restart_job, result_line
 from tests.integration.conftest import CRD_FILE
 from tests.ports import free_port
 
+SPARE = "InPlace+spare"
 PHASES = ("detectionSeconds", "teardownSeconds", "startSeconds", "restoreSeconds", "lostWorkSeconds")
 
 
@@ -87,20 +94,27 @@ class Run:
         status = self.status()
         return status.get("attempt") == attempt and status.get("phase") == "Running"
 
-    def train(self, preemptions: int) -> tuple[float, list[dict[str, Any]], dict[str, Any], str]:
-        """Create, evict a worker after each of `preemptions` fresh checkpoints, run to Succeeded: the wall
-        time, each restart's cost, the final goodput and the weights' sha256."""
+    def train(
+        self, preemptions: int, spares_only: bool = False
+    ) -> tuple[float, list[dict[str, Any]], dict[str, Any], str]:
+        """Create, evict a worker after each of `preemptions` fresh checkpoints (`spares_only`: the
+        waiting spare instead), run to Succeeded: the wall time, each restart's cost, the final goodput
+        and the weights' sha256."""
         start = time.monotonic()
         self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.job)
         costs = []
-        for attempt in range(1, preemptions + 1):
+        for n in range(1, preemptions + 1):
+            attempt = 1 if spares_only else n
             wait(lambda attempt=attempt: self.running(attempt), f"attempt {attempt} running")
             resumed = self.checkpoints.latest_step() or 0
             wait(
                 lambda resumed=resumed: (self.checkpoints.latest_step() or 0) > resumed, "a fresh checkpoint"
             )
-            if self.spares:
-                wait(self.spare_waiting, "a spare waiting for a rank")
+            spare = wait(self.spare_waiting, "a spare waiting for a rank") if self.spares else None
+            if spares_only:
+                assert spare is not None
+                evict(self.core, self.namespace, spare)
+                continue
             evict(self.core, self.namespace, self.holder(attempt, attempt % self.workers))
 
             def cost(attempt: int = attempt) -> dict[str, Any] | None:
@@ -123,17 +137,19 @@ class Run:
         (pod,) = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         return str(pod.metadata.name)
 
-    def spare_waiting(self) -> bool:
+    def spare_waiting(self) -> str | None:
+        """A spare (not being deleted) whose trainer waits for a rank."""
         selector = f"{JOB_NAME_LABEL}={self.name},{SPARE_LABEL}=true"
         for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
             try:
-                if "a hot spare: waiting for a rank" in self.core.read_namespaced_pod_log(
-                    pod.metadata.name, self.namespace
-                ):
-                    return True
+                log = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace) or ""
+                if "a hot spare: waiting for a rank" in log:
+                    return str(pod.metadata.name)
             except client.ApiException:  # not started yet
                 pass
-        return False
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             # The first pods of a freshly imported image pay its unpacking on the node: not the runs' cost.
             Run(api, namespace, "warm-up", 1, "--min-accuracy", "0").train(0)
             plain = Run(api, namespace, "uninterrupted", args.epochs, workers=args.workers).train(0)
+            spare_churn = None
+            if SPARE in strategies:
+                spare_churn = Run(
+                    api, namespace, "spare-churn", args.epochs, strategy=SPARE, workers=args.workers
+                ).train(args.preemptions, spares_only=True)
             preempted = {
                 strategy: Run(
                     api,
@@ -203,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"restart cost (goodput) median {statistics.median(totals):.2f} s, min {min(totals):.2f}, "
               f"max {max(totals):.2f}; wall time {wall:.1f} s: {lost[strategy]:.2f} s lost per preemption; "
               f"goodput {goodput.get('percent')}%; final weights {weights[:16]}, {same} uninterrupted")  # fmt: skip
+        if strategy == SPARE and spare_churn is not None:
+            churn_wall = spare_churn[0]
+            print(f"no preemption, the waiting spare evicted {args.preemptions} times: wall time {churn_wall:.1f} s "
+                  f"({(churn_wall - plain_wall) / args.preemptions:.2f} s a spare's start-up); against it, "
+                  f"{(wall - churn_wall) / args.preemptions:.2f} s lost per preemption")  # fmt: skip
     if "Recreate" in lost:
         for strategy in lost.keys() - {"Recreate"}:
             print(
