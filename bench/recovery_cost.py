@@ -92,6 +92,8 @@ class Run:
 
     def running(self, attempt: int) -> bool:
         status = self.status()
+        if status.get("phase") in ("Succeeded", "Failed"):
+            raise RuntimeError(f"{self.name} ended before its evictions were done: give it more --epochs")
         return status.get("attempt") == attempt and status.get("phase") == "Running"
 
     def train(

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from dtjob_trainer.environment import TorchRendezvous
+from dtjob_trainer.pytorch import held_checkpoint
 from dtjob_trainer.pytorch.checkpoint import TRAINER_STATE_FILE, CheckpointManager
 from dtjob_trainer.pytorch.distributed import DistributedContext, init_distributed
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
@@ -122,20 +123,27 @@ def test_a_held_checkpoint_resumes_from_memory_as_often_as_asked_and_never_chang
         train(restored, steps=2)  # the optimizer's momentum buffers change in place
 
 
-def test_a_held_checkpoint_older_than_the_newest_on_the_volume_is_not_used(
-    context: DistributedContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("held", ["older", "newer"])
+def test_a_held_checkpoint_of_another_step_than_the_volumes_newest_is_not_used(
+    context: DistributedContext, tmp_path: Path, caplog: pytest.LogCaptureFixture, held: str
 ) -> None:
     state = new_state(seed=0)
     train(state, steps=3)
     CheckpointManager(tmp_path, context, hold_in_memory=True).save(state)
-    train(state, steps=2)
-    CheckpointManager(tmp_path, context).save(state)  # a process that holds nothing saved step 5
+    if held == "older":
+        train(state, steps=2)
+        CheckpointManager(tmp_path, context).save(state)  # a process that holds nothing saved step 5
+    else:
+        # The ranks copied step 5's state and rank 0 was killed before `latest` named it.
+        held_checkpoint.hold(tmp_path, 5, {"format": -1})  # loading it would fail on the format
+    newest = state.progress.step
 
     restored = new_state(seed=1)
     with caplog.at_level("INFO", logger="dtjob_trainer"):
-        assert CheckpointManager(tmp_path, context, hold_in_memory=True).restore_latest(restored) == 5
+        assert CheckpointManager(tmp_path, context, hold_in_memory=True).restore_latest(restored) == newest
     assert "read from the volume" in caplog.text
     assert_same_training_state(restored, state)
+    assert held_checkpoint.held_step(tmp_path) == newest  # the step read is held from then on
 
 
 def test_only_replicated_checkpoints_are_held_in_memory(context: DistributedContext, tmp_path: Path) -> None:

@@ -190,19 +190,13 @@ class CheckpointManager:
 
     def _agreed_latest_step(self) -> tuple[int | None, list[bool]]:
         """Rank 0 reads `latest` and tells the others, so all ranks load the same checkpoint; and
-        whether each rank holds that step in memory."""
-        if not self._hold:
-            found = [self.files.latest_step() if self._context.is_rank_zero else None]
-            dist.broadcast_object_list(found, src=0)
-            return found[0], [False] * self._context.world_size
-        mine = (
-            self.files.latest_step() if self._context.is_rank_zero else None,
-            held_checkpoint.held_step(self.files.root),
-        )
+        whether each rank holds that step in memory (none does unless held)."""
+        held = held_checkpoint.held_step(self.files.root) if self._hold else None
+        mine = (self.files.latest_step() if self._context.is_rank_zero else None, held)
         everyone: list[Any] = [None] * self._context.world_size
         dist.all_gather_object(everyone, mine)
         latest = everyone[0][0]
-        return latest, [latest is not None and held == latest for _, held in everyone]
+        return latest, [latest is not None and step == latest for _, step in everyone]
 
     def _read(self, step: int) -> tuple[dict[str, Any], str]:
         """The trainer state of `step`'s checkpoint from the volume (and a copy held, when held)."""
