@@ -13,7 +13,7 @@ REGISTRY ?=
 CHECKPOINT_CLAIM ?=
 CURRENT := $(if $(CONTEXT),--context $(CONTEXT)) $(if $(REGISTRY),--registry $(REGISTRY))
 
-.PHONY: help deps venv build cluster-up cluster-down cluster-status lint crd chart-package test test-unit test-e2e demo demo-tools demo-images client-tools venv-core
+.PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test test-unit test-e2e demo demo-tools demo-images client-tools venv-core
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,6 +36,11 @@ $(VENV)/.core: pyproject.toml
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)
 	@localcluster/build.sh etcd k8s kwok coredns helm kueue
+
+# CI builds them beside the Go components (.ci/run: one compiles, the other mostly downloads and unpacks),
+# so that the tests only import them.
+test-images: venv ## Build the images the tests use into the image cache (rebuilt only when their content changes)
+	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch dtjob-trainer-tensorflow
 
 cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C; ADDONS=kueue on B or C)
 	$(PY) -m localcluster up --tier $(TIER) --addons "$(ADDONS)"

@@ -1,6 +1,6 @@
 """How long training stalls for a checkpoint: synchronous save vs asynchronous save of the same state.
 
-    python bench/checkpoint_stall.py [--state-mb 100] [--repeats 5] [--directory DIR]
+    .venv/bin/python -m bench.checkpoint_stall [--state-mb 100] [--repeats 5] [--directory DIR]
 
 One process (world size 1, gloo). The state is an MLP and its SGD momentum, about --state-mb in all.
 "Stall" is the time `save` / `save_async` blocks the training loop; for the asynchronous save the
@@ -76,12 +76,18 @@ def run(context: DistributedContext, directory: Path, state_mb: float, repeats: 
     manager.close()
 
 
-def main() -> None:
+def state_arguments(description: str | None, state_mb: float, repeats: int) -> argparse.ArgumentParser:
+    """The command line the checkpoint benchmarks share: the state's size, how many times to measure."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--state-mb", type=float, default=100)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--state-mb", type=float, default=state_mb)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    return parser
+
+
+def main() -> None:
+    parser = state_arguments(__doc__, state_mb=100, repeats=5)
     parser.add_argument("--directory", type=Path)
     args = parser.parse_args()
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """Time from SIGTERM to exit for a 2-rank gang whose state (model + SGD momentum) is about 100 MB.
 
-    python bench/sigterm_checkpoint.py [--state-mb 100] [--repeats 3]
+    .venv/bin/python -m bench.sigterm_checkpoint [--state-mb 100] [--repeats 3]
 
 Starts two local ranks of bench/sigterm_trainer.py (gloo), waits until rank 0 reports training steps,
 sends SIGTERM to rank 1, and reports: each rank's exit code (200 = preempted, checkpoint saved), the
@@ -10,7 +10,6 @@ checkpoint's size, against the default budget.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -24,6 +23,8 @@ from pathlib import Path
 
 from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
+
+from bench.checkpoint_stall import state_arguments
 
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 300
@@ -102,11 +103,7 @@ def one_run(workdir: Path, state_mb: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--state-mb", type=float, default=100)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = state_arguments(__doc__, state_mb=100, repeats=3)
     args = parser.parse_args()
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as workdir:

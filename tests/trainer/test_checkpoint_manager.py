@@ -1,5 +1,6 @@
 """The PyTorch checkpoint manager in one process: what a restore brings back, asynchronous saves, and a
-checkpoint held in memory (between ranks: test_pytorch_gang.py's in-place restarts and hot spares)."""
+checkpoint held in memory and sent to a rank without it (between pods: test_pytorch_gang.py's in-place
+restarts and hot spares)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import torch.distributed as dist
 from dtjob_trainer.environment import TorchRendezvous
 from dtjob_trainer.pytorch import held_checkpoint
 from dtjob_trainer.pytorch.checkpoint import TRAINER_STATE_FILE, CheckpointManager
-from dtjob_trainer.pytorch.distributed import DistributedContext, init_distributed
+from dtjob_trainer.pytorch.distributed import DistributedContext, distributed, init_distributed
 from dtjob_trainer.pytorch.sampler import ResumableDistributedSampler
 from dtjob_trainer.pytorch.state import TrainingProgress, TrainingState
 from torch import nn
+from torch.multiprocessing import spawn
+
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -159,3 +163,39 @@ def test_a_resumed_sampler_yields_exactly_the_rest_of_the_epoch() -> None:
     resumed.set_position(epoch=4, samples_done=10)
     assert list(resumed) == list(uninterrupted)[10:]
     assert len(resumed) == len(uninterrupted) - 10
+
+
+def transfer_rank(rank: int, port: int, chunk_bytes: int) -> None:
+    """Rank 0 sends `awkward_state()` to rank 1, in chunks of `chunk_bytes`; rank 1 checks what it got."""
+    rendezvous = TorchRendezvous("127.0.0.1", port, world_size=2, rank=rank, local_rank=0)
+    with distributed(rendezvous, rendezvous_timeout_s=30) as context:
+        sent = awkward_state()
+        if rank == 0:
+            held_checkpoint.send_copy(sent, 1, context, chunk_bytes)
+            return
+        received = held_checkpoint.received_copy(0, context, chunk_bytes)
+        assert received.keys() == sent.keys()
+        assert received["progress"] == sent["progress"] and received["rng"][1] == sent["rng"][1]
+        assert isinstance(received["rng"], tuple) and received["empty"].shape == (0, 3)
+        for name in ("weight", "transposed", "step", "half", "empty"):
+            assert received[name].dtype == sent[name].dtype and torch.equal(received[name], sent[name]), name
+            assert received[name].device.type == "cpu"
+        assert torch.equal(received["rng"][0], sent["rng"][0])
+
+
+def awkward_state() -> dict[str, object]:
+    """Tensors that span chunks, share one, are not contiguous, 0-dimensional, empty, of four types."""
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "weight": torch.randn(10, 7, generator=generator),  # 280 bytes: 3 chunks of 128
+        "transposed": torch.randn(3, 5, generator=generator).t(),
+        "step": torch.tensor(12, dtype=torch.int64),
+        "half": torch.randn(9, generator=generator).to(torch.bfloat16),
+        "empty": torch.empty(0, 3),
+        "rng": (torch.randint(0, 255, (20,), dtype=torch.uint8, generator=generator), "mt19937"),
+        "progress": {"epoch": 1, "step": 12},
+    }
+
+
+def test_a_held_checkpoint_is_sent_to_a_rank_without_one_whole_in_chunks() -> None:
+    spawn(transfer_rank, args=(free_port(), 128), nprocs=2)
