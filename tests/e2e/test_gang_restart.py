@@ -126,6 +126,9 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     assert cost["attempt"] == 2 and all(cost[p] >= 0 for p in phases), goodput
     assert cost["totalSeconds"] == pytest.approx(sum(cost[p] for p in (*phases, "lostWorkSeconds")), abs=0.01)
     assert 0 < goodput["productiveSeconds"] < goodput["wallSeconds"] and 0 < goodput["percent"] < 100, goodput
+    # Nothing is done again: the ranks saved the step they stopped at (SIGTERM), and the new gang resumed there.
+    assert cost["stoppedAtStep"] <= cost["resumedFromStep"] == result["resumed_from_step"], goodput
+    assert cost["lostWorkSeconds"] == 0, goodput
 
 
 def test_an_evicted_worker_of_an_in_place_job_is_replaced_while_the_other_trains_on_in_its_pod(

@@ -169,7 +169,8 @@ def test_describe_shows_why_the_gang_last_restarted_its_conditions_pods_and_even
                  "wallSeconds": 3530, "percent": 85.0, "restartSeconds": 25.0,
                  "lastRestart": {"attempt": 2, "reason": "PodFailed", "restartedAt": "2026-11-25T11:58:00Z",
                                  "detectionSeconds": 2.0, "teardownSeconds": 5.0, "startSeconds": 5.0,
-                                 "restoreSeconds": 8.0, "lostWorkSeconds": 5.0, "totalSeconds": 25.0}},
+                                 "restoreSeconds": 8.0, "lostWorkSeconds": 5.0, "totalSeconds": 25.0,
+                                 "stoppedAtStep": 220, "resumedFromStep": 210}},
     )  # fmt: skip
     events = [{"metadata": {"creationTimestamp": "x"}, "type": "Warning", "reason": "GangRestart",
                "message": "restarting the gang", "lastTimestamp": "2026-11-25T11:58:00Z"}]  # fmt: skip
@@ -180,7 +181,8 @@ def test_describe_shows_why_the_gang_last_restarted_its_conditions_pods_and_even
         "Why            pod ddp-worker-1: Error (exit 1)",
         "Failed with    Error (exit 1): RuntimeError: boom at train.py:42", "Avoided nodes  gke-slow-1",
         "Goodput        85.0% (3000.0s of 3530.0s trained)",
-        "Restart cost   25.0s: detection 2.0s, teardown 5.0s, start 5.0s, restore 8.0s, lost work 5.0s",
+        "Restart cost   25.0s: detection 2.0s, teardown 5.0s, start 5.0s, restore 8.0s, lost work 5.0s; "
+        "stopped at step 220; resumed from step 210",
         "Running  True    AllPodsRunning  90s  4/4 running",
         "ddp-master-0  0     2        Running  no     0         gke-a  2m",
         "2m   Warning  GangRestart  restarting the gang",

@@ -25,7 +25,8 @@ def goodput(job: dict[str, Any]) -> Goodput:
     return Goodput.model_validate(job["status"]["goodput"])
 
 
-def test_goodput_counts_stepping_time_and_a_restarts_phases_and_lost_work() -> None:
+def trained_to_step_50() -> tuple[dict[str, Any], Ledger | None]:
+    """Attempt 1 created at 0 s, running at 5 s; steps 10 reported at 10 s, 50 (checkpoint 40) at 30 s."""
     job = after(JOB, reconcile(JOB, [], at(0)))  # the pods of attempt 1 created
     assert goodput(job).since == "2030-01-01T12:00:00Z" and goodput(job).productive_seconds == 0
     first = [service_of(JOB), *(running(p) for p in pods_of(JOB).values())]
@@ -33,7 +34,11 @@ def test_goodput_counts_stepping_time_and_a_restarts_phases_and_lost_work() -> N
     ledger = report(None, 1, 10, step=10, stepSeconds=0.5)
     job = after(job, reconcile(job, first, at(10), ledger=ledger))
     ledger = report(ledger, 1, 30, step=50, stepSeconds=0.5, lastCheckpointStep=40)
-    job = after(job, reconcile(job, first, at(30), ledger=ledger))
+    return after(job, reconcile(job, first, at(30), ledger=ledger)), ledger
+
+
+def test_goodput_counts_stepping_time_and_a_restarts_phases_and_lost_work() -> None:
+    job, ledger = trained_to_step_50()
     assert (goodput(job).productive_seconds, goodput(job).wall_seconds, goodput(job).percent) == (
         20,
         30,
@@ -118,6 +123,42 @@ def test_a_second_restart_clears_the_first_ones_finished_phases_on_the_server() 
     )
     stored = job["status"]["goodput"]["lastRestart"]
     assert stored["attempt"] == 3
-    assert not {"totalSeconds", "restoreSeconds", "startSeconds", "teardownSeconds", "createdAt"} & set(
-        stored
-    ), stored
+    assert not {
+        "totalSeconds",
+        "restoreSeconds",
+        "startSeconds",
+        "teardownSeconds",
+        "createdAt",
+        "resumedFromStep",
+    } & set(stored), stored
+
+
+@pytest.mark.parametrize(
+    ("resumed_from", "lost_work", "productive"),
+    [
+        pytest.param(50, 0.0, 20, id="the ranks saved the step they stopped at"),
+        pytest.param(40, 5.0, 15, id="the last periodic checkpoint"),
+    ],
+)
+def test_the_work_lost_is_what_the_new_attempt_does_again(
+    resumed_from: int, lost_work: float, productive: float
+) -> None:
+    job, ledger = trained_to_step_50()
+    pods = pods_of(JOB)
+    broken = [service_of(JOB), running(pods[MASTER]), exited(pods[WORKER], 200)]
+    job = after(job, reconcile(job, broken, at(32), ledger=ledger))
+    cost = goodput(job).last_restart
+    assert cost is not None and (cost.stopped_at_step, cost.lost_work_seconds) == (50, 5)  # an estimate
+    job = after(job, reconcile(job, [service_of(JOB)], at(33), ledger=ledger))
+    second = [service_of(JOB), *(running(p) for p in pods_of(JOB, attempt=2).values())]
+    job = after(job, reconcile(job, second, at(34), ledger=ledger))
+
+    ledger = report(ledger, 2, 35, step=0, phase="starting")  # the trainers start: no step yet
+    job = after(job, reconcile(job, second, at(35), ledger=ledger))
+    assert goodput(job).last_restart.total_seconds is None  # type: ignore[union-attr]
+    ledger = report(ledger, 2, 36, step=resumed_from + 1, stepSeconds=0.5, lastCheckpointStep=resumed_from)
+    job = after(job, reconcile(job, second, at(36), ledger=ledger))
+    cost = goodput(job).last_restart
+    assert cost is not None and (cost.resumed_from_step, cost.lost_work_seconds) == (resumed_from, lost_work)
+    assert cost.total_seconds == pytest.approx(0 + 1 + 1 + 2 + lost_work)
+    assert goodput(job).productive_seconds == productive  # 20 s of stepping, less what is done again

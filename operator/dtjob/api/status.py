@@ -248,7 +248,12 @@ class RestartCost(StatusModel):
     """From running to the new attempt's first reported step: imports, rendezvous, checkpoint load."""
     lost_work_seconds: float | None = None
     """Training after the last checkpoint, which the new attempt does again: the steps past it times the
-    step time (unknown without progress reports)."""
+    step time (unknown without progress reports); 0 once the new attempt reports that it resumed from
+    the step the ended one stopped at (the ranks saved it on SIGTERM)."""
+    stopped_at_step: int | None = None
+    """The ended attempt's step, as last reported when the restart began."""
+    resumed_from_step: int | None = None
+    """The checkpoint step the new attempt resumed from (lastCheckpointStep in its first report)."""
     total_seconds: float | None = None
     """All of the above, once the restore ended."""
     restarted_at: Timestamp

@@ -311,6 +311,8 @@ RESTART_PHASES: Final = (
     ("restore", "restoreSeconds"),
     ("lost work", "lostWorkSeconds"),
 )
+# Where the ended attempt stopped and the new one resumed: the lost work's reason.
+RESTART_STEPS: Final = (("stopped at", "stoppedAtStep"), ("resumed from", "resumedFromStep"))
 
 
 def _goodput_rows(goodput: Obj) -> list[tuple[str, RenderableType | str | None]]:
@@ -328,7 +330,13 @@ def _goodput_rows(goodput: Obj) -> list[tuple[str, RenderableType | str | None]]
     )
     if phases:
         total = cost.get("totalSeconds")
-        rows.append(("Restart cost", (f"{total:.1f}s: " if total is not None else "so far: ") + phases))
+        steps = [f"{name} step {cost[key]}" for name, key in RESTART_STEPS if cost.get(key) is not None]
+        rows.append(
+            (
+                "Restart cost",
+                (f"{total:.1f}s: " if total is not None else "so far: ") + "; ".join([phases, *steps]),
+            )
+        )
     return rows
 
 

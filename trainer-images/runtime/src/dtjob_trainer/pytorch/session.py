@@ -75,7 +75,9 @@ class TrainingSession:
     def resume(self) -> int | None:
         """Load the latest checkpoint, if any, into the state; the step it resumed from."""
         step = self.checkpoints.restore_latest(self.state)
-        self._report_checkpoint()
+        # On every rank, not rank 0's alone: the operator takes the step the new attempt resumed from
+        # (status.goodput) from whichever rank reports first.
+        self._report_checkpoint(step)
         return step
 
     def end_of_step(self, loss: float, samples: int) -> None:
@@ -98,7 +100,7 @@ class TrainingSession:
                     self.checkpoints.save_async(self.state)
                 else:
                     self.checkpoints.save(self.state)
-        self._report_checkpoint()
+        self._report_checkpoint(self.checkpoints.published_step)
         if self._own_time is not None:
             self._own_time.next_step()
 
@@ -125,18 +127,18 @@ class TrainingSession:
 
     def _save_and_exit(self) -> NoReturn:
         self.checkpoints.save(self.state)
-        self._report_checkpoint()
+        self._report_checkpoint(self.checkpoints.published_step)
         if self._in_place and not self.termination.requested:
             raise RoundEnded(self.state.progress.step)
         self.termination.checkpoint_saved(self.state.progress.step)
         raise SystemExit(PREEMPTED_CHECKPOINT_SAVED)
 
-    def _report_checkpoint(self) -> None:
-        if self.checkpoints.published_step is None:
+    def _report_checkpoint(self, step: int | None) -> None:
+        if step is None:
             return
         for sink in (self._reporter, self._poster):
             if sink is not None:
-                sink.record_checkpoint(self.checkpoints.published_step)
+                sink.record_checkpoint(step)
 
 
 @contextmanager
