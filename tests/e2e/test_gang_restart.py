@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,11 @@ def disrupted_after_a_checkpoint(
 
 def result_line(core: client.CoreV1Api, namespace: str, pod: str) -> dict[str, Any]:
     """The JSON result the example prints last."""
-    log = core.read_namespaced_pod_log(pod, namespace)
+    return result_of(core.read_namespaced_pod_log(pod, namespace), pod)
+
+
+def result_of(log: str, pod: str) -> dict[str, Any]:
+    """The JSON result the example prints last, in `pod`'s `log`."""
     results = [json.loads(line) for line in log.splitlines() if line.startswith('{"event": "result"')]
     assert results, f"no result line in the log of {pod}:\n{log[-3000:]}"
     return dict(results[-1])
@@ -196,7 +201,13 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
         spare = core.read_namespaced_pod(spare_name, namespace)
         wait_for(lambda: (jobs.get(name)["status"]["replicaStatuses"][0].get("sparesRunning") == 1),
                  "status to count the running spare", timeout=60)  # fmt: skip
-        seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, evict, "worker-0")
+        # Followed as it is written: worker 1 may be deleted once rank 0 has succeeded (cleanPodPolicy Running).
+        with ThreadPoolExecutor(max_workers=1) as follower:
+            worker_log = follower.submit(
+                core.read_namespaced_pod_log, f"{name}-worker-1", namespace, follow=True
+            )
+            seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, evict, "worker-0")
+            worker_result = result_of(str(worker_log.result(timeout=120)), f"{name}-worker-1")
         assert seen < STEPS, "the run ended before it could be disrupted"
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
@@ -212,7 +223,7 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
     result = result_line(core, namespace, spare_name)
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
-    assert result_line(core, namespace, f"{name}-worker-1")["weights_sha256"] == result["weights_sha256"]
+    assert worker_result["weights_sha256"] == result["weights_sha256"]
     # The finished job's other spares went; rank 0's old pod is gone and no pod of that name came back
     # (worker 1 may go too: cleanPodPolicy Running deletes a rank still finishing when rank 0 succeeds).
     left = {p.metadata.name for p in jobs.pods(name)}
