@@ -197,5 +197,20 @@ def awkward_state() -> dict[str, object]:
     }
 
 
+@pytest.mark.parametrize(
+    ("holders", "givers"),
+    [
+        pytest.param([True, False], {1: 0}, id="a new pod beside rank 0"),
+        pytest.param([False, True, True, True], {0: 1}, id="rank 0 lost: the lowest holder sends"),
+        pytest.param([True, False, True, False, False], {1: 0, 3: 2, 4: 0}, id="three lost over two holders"),
+        pytest.param([True, True], {}, id="every rank holds"),
+    ],
+)  # fmt: skip
+def test_the_ranks_without_a_copy_are_spread_over_the_holders(
+    holders: list[bool], givers: dict[int, int]
+) -> None:
+    assert held_checkpoint.givers(holders) == givers
+
+
 def test_a_held_checkpoint_is_sent_to_a_rank_without_one_whole_in_chunks() -> None:
     spawn(transfer_rank, args=(free_port(), 128), nprocs=2)

@@ -54,10 +54,7 @@ def shared_copy(
     that hold it use their own; each of the others receives one holder's, the ranks without a copy spread
     over the holders (only those pairs talk). `holders`: whether each rank holds `step` (agreed by all);
     at least one does."""
-    givers = [rank for rank, holds in enumerate(holders) if holds]
-    giver_of = {
-        rank: givers[i % len(givers)] for i, rank in enumerate(r for r, h in enumerate(holders) if not h)
-    }
+    giver_of = givers(holders)
     if context.rank in giver_of:
         giver = giver_of[context.rank]
         trainer_state = received_copy(giver, context)
@@ -69,6 +66,14 @@ def shared_copy(
         if giver == context.rank:
             send_copy(held.trainer_state, rank, context)
     return copy_of(held.trainer_state), "this process's memory"
+
+
+def givers(holders: list[bool]) -> dict[int, int]:
+    """Which holder sends its copy to each rank without one: the ranks without one in turn over the
+    holders, so that no holder sends more than its share."""
+    holding = [rank for rank, holds in enumerate(holders) if holds]
+    lacking = [rank for rank, holds in enumerate(holders) if not holds]
+    return {rank: holding[i % len(holding)] for i, rank in enumerate(lacking)}
 
 
 def copy_of(value: Any) -> Any:
