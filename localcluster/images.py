@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import tarfile
 import time
@@ -83,6 +84,13 @@ def oci_archive(layer_tar: Path, name: str, out: Path, entrypoint: list[str], us
             tar.addfile(info, io.BytesIO(data))
         tar.add(layer_tar, arcname=f"blobs/sha256/{layer_digest}")  # fmt: skip
     return out
+
+
+def unnamed_images(targets: dict[str, str]) -> list[str]:
+    """The ID references (`sha256:...`) among containerd's images, given as reference -> target digest,
+    whose target no other reference names."""
+    named = {target for ref, target in targets.items() if not ref.startswith("sha256:")}
+    return sorted(ref for ref, target in targets.items() if ref.startswith("sha256:") and target not in named)
 
 
 def pause_archive(layout: Layout) -> Path:
@@ -163,6 +171,9 @@ class Buildah:
     def build(self, context: Path, image: str, dockerfile: Path | None = None) -> Path:
         """Build `context`'s Dockerfile on the local base image; return a docker-archive for containerd."""
         start = time.monotonic()
+        # A torch image takes about three times its size (~18 GB) while it builds, in vfs storage.
+        free = shutil.disk_usage(self.root.parent).free / 2**30
+        _log(f"building {image} from {context} ({free:.0f} GiB free under {self.root.parent})")
         base = self.base_image()
         # Package registries are reached through a TLS proxy whose CA only the host's bundle holds:
         # lend that bundle to RUN steps (a build-time mount, never part of the image).

@@ -8,7 +8,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from localcluster.images import PAUSE_IMAGE
+from localcluster.images import PAUSE_IMAGE, unnamed_images
 from localcluster.layout import (
     DNS_IP,
     NODE_IP,
@@ -84,6 +84,16 @@ state = "{self.dir / "containerd-state"}"
 
     def import_image(self, archive: Path) -> None:
         self.ctr("images", "import", "--no-unpack=false", str(archive))
+        self._remove_unnamed_images()
+
+    def _remove_unnamed_images(self) -> None:
+        # The CRI plugin gives every image it sees a second reference, its ID (sha256:...). When a rebuilt
+        # image takes the tag, that reference alone keeps the old content: 12 GB a torch image, which
+        # filled the disk after a few rebuilds.
+        rows = self.ctr("images", "ls").stdout.splitlines()[1:]
+        stale = unnamed_images({row.split()[0]: row.split()[2] for row in rows if row.strip()})
+        if stale:
+            self.ctr("images", "rm", "--sync", *stale)
 
     def export_image(self, ref: str, archive: Path) -> None:
         """`ref` as an image archive (OCI, with Docker's manifest.json: skopeo's docker-archive reads it)."""
