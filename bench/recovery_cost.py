@@ -10,7 +10,8 @@ unpacking), once uninterrupted and then, for each runPolicy.restartStrategy in t
 recreated; in place), with a worker evicted (the Eviction API, as a spot reclaim's drain does) after each
 of N checkpoints, each taken after the gang last resumed; InPlace+spare is InPlace with one hot spare
 (spec.replicas[].spares: 1), whose trainer waits for a rank before each eviction. Prints each restart's cost phase by phase
-(status.goodput.lastRestart: detection, teardown, start, restore, lost work), the wall time lost per
+(status.goodput.lastRestart: detection, teardown, start, restore, lost work), the pause each made in
+training (from the Eviction API call to the next attempt's first step), the wall time lost per
 preemption (the run's wall time less the uninterrupted run's, over N), each run's goodput, and whether
 the final weights (the example's sha256 of them) are the uninterrupted run's (docs/fault-tolerance.md).
 
@@ -28,6 +29,7 @@ import os
 import statistics
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from localcluster.layout import Layout
@@ -39,7 +41,7 @@ from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from kopf.testing import KopfRunner
 from kubernetes import client, config
 
-from dtjob.api import GROUP, PLURAL, VERSION
+from dtjob.api import GROUP, PLURAL, VERSION, parse_timestamp
 from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
@@ -100,8 +102,8 @@ class Run:
         self, preemptions: int, spares_only: bool = False
     ) -> tuple[float, list[dict[str, Any]], dict[str, Any], str]:
         """Create, evict a worker after each of `preemptions` fresh checkpoints (`spares_only`: the
-        waiting spare instead), run to Succeeded: the wall time, each restart's cost, the final goodput
-        and the weights' sha256."""
+        waiting spare instead), run to Succeeded: the wall time, each restart's cost (with the pause it
+        made in training, `pauseSeconds`: see `pause`), the final goodput and the weights' sha256."""
         start = time.monotonic()
         self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.job)
         costs = []
@@ -117,6 +119,7 @@ class Run:
                 assert spare is not None
                 evict(self.core, self.namespace, spare)
                 continue
+            evicted_at = datetime.now(UTC)
             evict(self.core, self.namespace, self.holder(attempt, attempt % self.workers))
 
             def cost(attempt: int = attempt) -> dict[str, Any] | None:
@@ -124,7 +127,8 @@ class Run:
                 done = last.get("attempt") == attempt + 1 and last.get("totalSeconds") is not None
                 return last if done else None
 
-            costs.append(wait(cost, f"the cost of restart {attempt}"))
+            done = wait(cost, f"the cost of restart {attempt}")
+            costs.append(done | {"pauseSeconds": pause(done, evicted_at)})
         wait(lambda: self.status().get("phase") in ("Succeeded", "Failed"), "the end", timeout=1200)
         wall = time.monotonic() - start
         status = self.status()
@@ -152,6 +156,17 @@ class Run:
             except client.ApiException:  # not started yet
                 pass
         return None
+
+
+def pause(cost: dict[str, Any], evicted_at: datetime) -> float:
+    """The wall time from the eviction to the new attempt's first step, as the operator received its
+    report (running + restore): the time the gang trained not at all, of which at most the step under
+    way when the SIGTERM came was training (its ranks save where they stop). Unlike goodput's phases,
+    it starts at the Eviction API call, not when the operator saw its effect; unlike the run's wall
+    time against the uninterrupted run, it leaves out what other pods' start-up takes from the ranks'
+    CPUs while they train."""
+    first_step = parse_timestamp(cost["runningAt"]) + timedelta(seconds=float(cost["restoreSeconds"]))
+    return (first_step - evicted_at).total_seconds()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,17 +230,20 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'restart':>8} "
             + " ".join(f"{p.removesuffix('Seconds'):>10}" for p in PHASES)
-            + f" {'total':>8}"
+            + f" {'total':>8} {'pause':>8}"
         )
         for i, cost in enumerate(costs, start=1):
             cells = " ".join(f"{float(cost.get(p) or 0.0):10.2f}" for p in PHASES)
-            print(f"{i:>8} {cells} {float(cost['totalSeconds']):8.2f}")
+            print(f"{i:>8} {cells} {float(cost['totalSeconds']):8.2f} {cost['pauseSeconds']:8.2f}")
         totals = [float(c["totalSeconds"]) for c in costs]
+        pauses = [c["pauseSeconds"] for c in costs]
         lost[strategy] = (wall - plain_wall) / args.preemptions
         same = "identical to" if weights == plain_weights else "DIFFERENT from"
         print(f"restart cost (goodput) median {statistics.median(totals):.2f} s, min {min(totals):.2f}, "
-              f"max {max(totals):.2f}; wall time {wall:.1f} s: {lost[strategy]:.2f} s lost per preemption; "
-              f"goodput {goodput.get('percent')}%; final weights {weights[:16]}, {same} uninterrupted")  # fmt: skip
+              f"max {max(totals):.2f}; training paused (eviction to the next attempt's first step) median "
+              f"{statistics.median(pauses):.2f} s, max {max(pauses):.2f}; wall time {wall:.1f} s: "
+              f"{lost[strategy]:.2f} s lost per preemption; goodput {goodput.get('percent')}%; "
+              f"final weights {weights[:16]}, {same} uninterrupted")  # fmt: skip
         if strategy == SPARE and spare_churn is not None:
             churn_wall = spare_churn[0]
             print(f"no preemption, the waiting spare evicted {args.preemptions} times: wall time {churn_wall:.1f} s "

@@ -90,6 +90,10 @@ def ensure(cluster: Cluster, image: Image) -> str:
     if cluster.node.has_image(image.ref) and stamp.exists() and stamp.read_text() == digest:
         print(f"[images] {image.ref} up to date ({digest})", flush=True)
         return image.ref
+    if cluster.node.has_image(image.ref):
+        # Older content under the tag: gone before the new one comes, so the disk never holds both (GBs
+        # for torch).
+        cluster.node.remove_image(image.ref)
     prebuilt = _prebuilt(cluster.layout, image, digest)
     if prebuilt.exists():
         cluster.import_image(prebuilt)

@@ -86,6 +86,10 @@ state = "{self.dir / "containerd-state"}"
         self.ctr("images", "import", "--no-unpack=false", str(archive))
         self._remove_unnamed_images()
 
+    def remove_image(self, ref: str) -> None:
+        self.ctr("images", "rm", "--sync", ref)
+        self._remove_unnamed_images()
+
     def _remove_unnamed_images(self) -> None:
         # The CRI plugin gives every image it sees a second reference, its ID (sha256:...). When a rebuilt
         # image takes the tag, that reference alone keeps the old content: 12 GB a torch image, which
