@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from localcluster.layout import Layout
@@ -52,6 +54,8 @@ from tests.integration.conftest import CRD_FILE
 from tests.ports import free_port
 
 SPARE = "InPlace+spare"
+# A restart's pause past this keeps its pods' logs (Run.keep_logs).
+SLOW_PAUSE_SECONDS = 5.0
 PHASES = ("detectionSeconds", "teardownSeconds", "startSeconds", "restoreSeconds", "lostWorkSeconds")
 
 
@@ -129,6 +133,8 @@ class Run:
 
             done = wait(cost, f"the cost of restart {attempt}")
             costs.append(done | {"pauseSeconds": pause(done, evicted_at)})
+            if costs[-1]["pauseSeconds"] > SLOW_PAUSE_SECONDS:
+                self.keep_logs(f"restart-{attempt}")
         wait(lambda: self.status().get("phase") in ("Succeeded", "Failed"), "the end", timeout=1200)
         wall = time.monotonic() - start
         status = self.status()
@@ -136,6 +142,23 @@ class Run:
         rank_zero = self.holder(status["attempt"], 0)
         weights = result_line(self.core, self.namespace, rank_zero)["weights_sha256"]
         return wall, costs, status.get("goodput") or {}, str(weights)
+
+    def keep_logs(self, what: str) -> None:
+        """The job's pods' logs, as they are now, in a folder for a look at a restart that paused long."""
+        folder = Path(tempfile.gettempdir()) / f"recovery-cost-{self.namespace}-{self.name}" / what
+        folder.mkdir(parents=True, exist_ok=True)
+        selector = f"{JOB_NAME_LABEL}={self.name}"
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+            try:
+                log = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace, timestamps=True)
+            except client.ApiException as error:
+                log = f"(no log: {error.reason})"
+            labels = pod.metadata.labels or {}
+            header = (
+                f"# {pod.metadata.name} attempt {labels.get(ATTEMPT_LABEL)} rank {labels.get(RANK_LABEL)}\n"
+            )
+            (folder / f"{pod.metadata.name}.log").write_text(header + (log or ""))
+        print(f"[recovery_cost] {self.name} {what} paused long: its pods' logs in {folder}", flush=True)
 
     def holder(self, attempt: int, rank: int) -> str:
         """The pod that holds `rank` in `attempt` (a spare may, under its own name)."""

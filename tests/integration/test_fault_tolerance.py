@@ -11,7 +11,7 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
 from tests.integration.conftest import Jobs, pytorch_job, running_operator
 from tests.waiting import wait_for
@@ -172,6 +172,56 @@ def test_a_deleted_node_restarts_the_gang_on_other_nodes(
         f"NodeLost, on node {own_node}: node {own_node} no longer exists" in status["lastRestart"]["message"]
     )
     assert not any(still_there(core, namespace, p) for p in first)
+
+
+def test_a_deleted_node_under_in_place_recreates_the_gang_with_the_hot_spare_in_it(
+    operator: KopfRunner, own_nodes: list[str], jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    """A lost node, not an eviction: its member's processes vanish without closing their connections, so
+    a peer may wait in a collective until its timeout. Even under InPlace the whole gang is recreated
+    (docs/fault-tolerance.md), and the waiting spare takes a rank of the new attempt at once."""
+    job = gang_job(
+        "lost-spare",
+        workers=2,
+        nodes=own_nodes,
+        torch={"nprocPerNode": 1},
+        runPolicy={"restartStrategy": "InPlace"},
+    )
+    worker = job["spec"]["replicas"][0]
+    worker["spares"] = 1
+    apart = {"labelSelector": {"matchLabels": {JOB_NAME_LABEL: "lost-spare"}},
+             "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    worker["template"]["spec"]["affinity"]["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [apart]
+    }
+
+    def live(pod: client.V1Pod) -> bool:
+        return pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+
+    def spare() -> client.V1Pod | None:
+        pods = [p for p in jobs.pods("lost-spare") if (p.metadata.labels or {}).get(SPARE_LABEL) == "true"]
+        return pods[0] if len(pods) == 1 and live(pods[0]) else None
+
+    def members(attempt: int) -> dict[str, client.V1Pod] | None:
+        pods = jobs.pods("lost-spare")
+        of_attempt = [p for p in pods if (p.metadata.labels or {}).get(ATTEMPT_LABEL) == str(attempt)]
+        ranks = {p.metadata.labels[RANK_LABEL]: p for p in of_attempt if live(p)}
+        return ranks if sorted(ranks) == ["0", "1"] else None
+
+    jobs.create(job)
+    first = wait_for(lambda: members(1), "attempt 1's two members running")
+    waiting = wait_for(spare, "the spare running")
+    lost_node = first["1"].spec.node_name
+    core.delete_node(lost_node)
+    second = wait_for(lambda: members(2), "attempt 2 with both ranks", timeout=30)
+    uids = {p.metadata.uid for p in second.values()}
+    assert waiting.metadata.uid in uids, "the spare took no rank"
+    assert any(named_as_spare(p.metadata.name) for p in second.values())
+    assert first["0"].metadata.uid not in uids, "a peer of the lost member was kept"
+    status = status_of(jobs, "lost-spare")
+    assert status["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}
+    assert f"NodeLost, on node {lost_node}" in status["lastRestart"]["message"]
+    assert not still_there(core, namespace, first["1"])
 
 
 def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_its_grace(
