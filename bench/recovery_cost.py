@@ -97,10 +97,15 @@ class Run:
         return dict(job.get("status") or {})
 
     def running(self, attempt: int) -> bool:
+        status = self.still_on()
+        return status.get("attempt") == attempt and status.get("phase") == "Running"
+
+    def still_on(self) -> dict[str, Any]:
+        """The status of a job that has not ended (one that has ends the benchmark)."""
         status = self.status()
         if status.get("phase") in ("Succeeded", "Failed"):
             raise RuntimeError(f"{self.name} ended before its evictions were done: give it more --epochs")
-        return status.get("attempt") == attempt and status.get("phase") == "Running"
+        return status
 
     def train(
         self, preemptions: int, spares_only: bool = False
@@ -118,7 +123,11 @@ class Run:
             wait(
                 lambda resumed=resumed: (self.checkpoints.latest_step() or 0) > resumed, "a fresh checkpoint"
             )
-            spare = wait(self.spare_waiting, "a spare waiting for a rank") if self.spares else None
+            spare = (
+                wait(lambda: self.still_on() and self.spare_waiting(), "a spare waiting for a rank")
+                if self.spares
+                else None
+            )
             if spares_only:
                 assert spare is not None
                 evict(self.core, self.namespace, spare)

@@ -7,7 +7,7 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 - Labels: the template's, then the operator's (training.dtjob.io/job-name, job-uid, role, replica-index,
   rank: the position in the gang, attempt; a hot spare's: job-name, job-uid, role, spare) which win.
   Annotations: under restartStrategy InPlace training.dtjob.io/rendezvous-host (the DNS name of the pod
-  that holds rank 0), the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
+  that holds rank 0) and, on members, training.dtjob.io/attempt-resync (the attempt, names.py), the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
   CSI volume (the checkpoint's or the template's) and with it no limit on the FUSE sidecar's CPU, memory
   and ephemeral storage (`gke-gcsfuse/*-limit: "0"`) unless the template sizes the sidecar itself or the
   pods take Autopilot's shape, then the template's, which win.
@@ -55,6 +55,7 @@ from dtjob.frameworks import Gang, Member, vertex_env, wiring
 from dtjob.kueue import PodSetInfo
 from dtjob.names import (
     ATTEMPT_LABEL,
+    ATTEMPT_RESYNC_ANNOTATION,
     RANK_LABEL,
     RENDEZVOUS_HOST_ANNOTATION,
     TRAINER_CONTAINER,
@@ -265,6 +266,8 @@ def render_pod(
         _default_fs_group(pod_spec)
 
     annotations: dict[str, str] = {RENDEZVOUS_HOST_ANNOTATION: gang.rendezvous_host} if in_place else {}
+    if in_place and not spare:
+        annotations[ATTEMPT_RESYNC_ANNOTATION] = str(gang.attempt)
     if gpu_role and spec.accelerator is not None:
         _wire_accelerator(pod_spec, container, spec)
         network = profile_for(gang.network, spec, gang.autopilot)

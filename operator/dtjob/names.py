@@ -20,6 +20,11 @@ SPARE_LABEL: Final = f"{GROUP}/spare"
 # Under restartStrategy InPlace, the DNS name of the pod that holds rank 0 (the rendezvous host): a spare
 # that took rank 0 moves it, and the trainers read it from a downward API file.
 RENDEZVOUS_HOST_ANNOTATION: Final = f"{GROUP}/rendezvous-host"
+# Under restartStrategy InPlace, a member's attempt label once more, written by a patch of its own once the
+# relabel to a new attempt has landed. The kubelet rewrites the attempt files (a downward API volume) when
+# it syncs the pod after a change, but now and then leaves them to its periodic sync, 60-90 s on, while
+# the whole gang waits (kubernetes/kubernetes#29633): the second change has it sync the pod again.
+ATTEMPT_RESYNC_ANNOTATION: Final = f"{GROUP}/attempt-resync"
 SPARE_NAME: Final = re.compile(r"-spare[0-9]+$")
 # The container that receives the wiring; without one of this name, the template's first container does.
 TRAINER_CONTAINER: Final = "trainer"

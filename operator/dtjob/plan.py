@@ -57,7 +57,7 @@ from dtjob.desired import (
 )
 from dtjob.frameworks import Gang, Member
 from dtjob.goodput import next_goodput
-from dtjob.names import SPARE_LABEL, JobRef, spare_pod_name
+from dtjob.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, SPARE_LABEL, JobRef, spare_pod_name
 from dtjob.nccl import (
     NETWORK_GROUP,
     Installer,
@@ -564,7 +564,14 @@ def _drifted(pod: PodView, desired: Mapping[str, Any]) -> Relabel | None:
     }
     if SPARE_LABEL in pod.labels and SPARE_LABEL not in (meta.get("labels") or {}):
         labels[SPARE_LABEL] = None
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if pod.annotations.get(k) != v}
+    wanted = dict(meta.get("annotations") or {})
+    if ATTEMPT_RESYNC_ANNOTATION in wanted:
+        # The attempt the pod's labels already say, so that it changes in a patch after the relabel's.
+        if (landed := pod.labels.get(ATTEMPT_LABEL)) is not None:
+            wanted[ATTEMPT_RESYNC_ANNOTATION] = landed
+        else:
+            del wanted[ATTEMPT_RESYNC_ANNOTATION]
+    annotations = {k: v for k, v in wanted.items() if pod.annotations.get(k) != v}
     if not labels and not annotations:
         return None
     return Relabel(pod.name, pod.uid, labels, annotations)

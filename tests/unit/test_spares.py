@@ -12,6 +12,7 @@ from typing import Any
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.names import (
     ATTEMPT_LABEL,
+    ATTEMPT_RESYNC_ANNOTATION,
     RANK_LABEL,
     RENDEZVOUS_HOST_ANNOTATION,
     REPLICA_INDEX_LABEL,
@@ -138,11 +139,19 @@ def test_a_running_spare_takes_a_preempted_members_rank_and_a_new_spare_starts_b
         "spare mnist-worker-spare0 takes the rank of mnist-worker-1"
     )
 
-    # The spare is member 1 from then on: the gang is whole, nothing more is written.
+    # The spare is member 1 from then on. Once the relabels landed, each moved pod gets its attempt once
+    # more in a patch of its own (the kubelet then syncs it again: names.ATTEMPT_RESYNC_ANNOTATION), and
+    # the gang is whole: nothing more is written.
     job = after(job, plan)
     member = relabelled(running(spare), taking)
     attempt2 = relabelled(running(kept), by_name["mnist-worker-0"])
     new_spare = with_uid(spare_pods(plan)[0], "uid-spare1")
+    whole = [service_of(WORKERS), attempt2, member, pending(new_spare)]
+    resync = reconcile(job, whole, NOW + timedelta(seconds=4))
+    assert {r.name: (r.labels, r.annotations) for r in resync.relabel} == {
+        name: ({}, {ATTEMPT_RESYNC_ANNOTATION: "2"}) for name in ("mnist-worker-0", "mnist-worker-spare0")
+    }
+    attempt2, member = (relabelled(p, r) for p, r in zip((attempt2, member), resync.relabel, strict=True))
     whole = [service_of(WORKERS), attempt2, member, pending(new_spare)]
     settled = reconcile(job, whole, NOW + timedelta(seconds=4))
     assert settled.create == settled.delete == settled.relabel == []
@@ -220,7 +229,8 @@ def test_a_member_still_saving_on_its_way_out_does_not_hold_the_takeover_back() 
     job = after(job, plan)
     moved = [relabelled(pod, r) for pod, r in zip((children[1], children[3]), plan.relabel, strict=True)]
     later = reconcile(job, [children[0], *moved, children[2]], NOW + timedelta(seconds=4))
-    assert later.relabel == [] and later.delete == []
+    assert [r.annotations for r in later.relabel] == [{ATTEMPT_RESYNC_ANNOTATION: "2"}] * 2
+    assert later.delete == []
 
 
 def test_spares_that_end_are_replaced_and_all_go_when_the_gang_ends() -> None:
