@@ -87,10 +87,11 @@ def ensure(cluster: Cluster, image: Image) -> str:
     """Build and import `image` unless the node already holds this exact content (a `prebuild` of it is
     imported); returns its ref."""
     stamp, digest = _stamp(cluster.layout, image), image.digest()
-    if cluster.node.has_image(image.ref) and stamp.exists() and stamp.read_text() == digest:
+    held = cluster.node.has_image(image.ref)
+    if held and stamp.exists() and stamp.read_text() == digest:
         print(f"[images] {image.ref} up to date ({digest})", flush=True)
         return image.ref
-    if cluster.node.has_image(image.ref):
+    if held:
         # Older content under the tag: gone before the new one comes, so the disk never holds both (GBs
         # for torch).
         cluster.node.remove_image(image.ref)

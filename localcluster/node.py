@@ -94,10 +94,13 @@ state = "{self.dir / "containerd-state"}"
         # The CRI plugin gives every image it sees a second reference, its ID (sha256:...). When a rebuilt
         # image takes the tag, that reference alone keeps the old content: 12 GB a torch image, which
         # filled the disk after a few rebuilds.
-        rows = self.ctr("images", "ls").stdout.splitlines()[1:]
-        stale = unnamed_images({row.split()[0]: row.split()[2] for row in rows if row.strip()})
-        if stale:
+        if stale := unnamed_images(self.image_targets()):
             self.ctr("images", "rm", "--sync", *stale)
+
+    def image_targets(self) -> dict[str, str]:
+        """Every image reference in containerd, with the digest it points to."""
+        rows = self.ctr("images", "ls").stdout.splitlines()[1:]  # REF TYPE DIGEST SIZE ...
+        return {row.split()[0]: row.split()[2] for row in rows if row.strip()}
 
     def export_image(self, ref: str, archive: Path) -> None:
         """`ref` as an image archive (OCI, with Docker's manifest.json: skopeo's docker-archive reads it)."""

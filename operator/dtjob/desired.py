@@ -7,10 +7,11 @@ apply (apiVersion and kind set, no status). How the template is merged with what
 - Labels: the template's, then the operator's (training.dtjob.io/job-name, job-uid, role, replica-index,
   rank: the position in the gang, attempt; a hot spare's: job-name, job-uid, role, spare) which win.
   Annotations: under restartStrategy InPlace training.dtjob.io/rendezvous-host (the DNS name of the pod
-  that holds rank 0) and, on members, training.dtjob.io/attempt-resync (the attempt, names.py), the NCCL profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE
-  CSI volume (the checkpoint's or the template's) and with it no limit on the FUSE sidecar's CPU, memory
-  and ephemeral storage (`gke-gcsfuse/*-limit: "0"`) unless the template sizes the sidecar itself or the
-  pods take Autopilot's shape, then the template's, which win.
+  that holds rank 0) and, on members, training.dtjob.io/attempt-resync (the attempt, names.py), the NCCL
+  profile's, `gke-gcsfuse/volumes: "true"` when a volume is a Cloud Storage FUSE CSI volume (the
+  checkpoint's or the template's) and with it no limit on the FUSE sidecar's CPU, memory and ephemeral
+  storage (`gke-gcsfuse/*-limit: "0"`) unless the template sizes the sidecar itself or the pods take
+  Autopilot's shape, then the template's, which win.
 - The container named "trainer", else the first one, receives env, ports, mounts and GPU resources,
   and terminationMessagePolicy FallbackToLogsOnError unless the template sets one: a trainer that
   crashes without writing a termination message gets its last log lines there instead, and restart

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from localcluster import Cluster, images
 from localcluster.layout import HERE
-from localcluster.node import NODE_LABEL, Node
+from localcluster.node import NODE_LABEL
 from tests.waiting import wait_for
 
 PROBE_CONTEXT = HERE / "images" / "probe"
@@ -108,11 +108,6 @@ def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(
     assert json.loads(finished_log(core, namespace, "to-apiserver"))["status"] == 200
 
 
-def _image_targets(node: Node) -> dict[str, str]:
-    rows = node.ctr("images", "ls").stdout.splitlines()[1:]
-    return {row.split()[0]: row.split()[2] for row in rows if row.strip()}
-
-
 def test_an_image_imported_again_under_its_tag_leaves_no_copy_of_the_old_content(
     cluster_c: Cluster, tmp_path: Path
 ) -> None:
@@ -130,16 +125,16 @@ def test_an_image_imported_again_under_its_tag_leaves_no_copy_of_the_old_content
             images.oci_archive(layer, ref, tmp_path / f"{content.decode()}.oci.tar", ["/content"])
         )
     node.import_image(archives[0])
-    first = _image_targets(node)[ref]
+    first = node.image_targets()[ref]
     # The ID reference is added when the CRI plugin handles the import's event: wait for it, as a
     # long-imported image has it.
     wait_for(
-        lambda: sum(target == first for target in _image_targets(node).values()) == 2,
+        lambda: sum(target == first for target in node.image_targets().values()) == 2,
         "the CRI plugin's ID reference to the first import",
     )
     try:
         node.import_image(archives[1])
-        targets = _image_targets(node)
+        targets = node.image_targets()
         assert targets[ref] != first
         assert first not in targets.values(), targets
         assert f"{first}" not in node.ctr("content", "ls", "-q").stdout.split()

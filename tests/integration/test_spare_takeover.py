@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL, RANK_LABEL, SPARE_LABEL, named_as_spare
+from dtjob.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
 from tests.integration.chaos import PodLedger
 from tests.integration.conftest import Jobs, pytorch_job
@@ -50,6 +50,14 @@ def whole(jobs: Jobs, name: str, attempt: int) -> dict[str, client.V1Pod] | None
     if ranks != [str(r) for r in range(WORKERS)] or len(spares) != SPARES or not running:
         return None
     return {p.metadata.labels[RANK_LABEL]: p for p in members}
+
+
+def resynced(jobs: Jobs, name: str, attempt: int) -> bool:
+    """Whether every member of `attempt` carries it in its resync annotation too."""
+    members = [p for p in jobs.pods(name) if (p.metadata.labels or {}).get(ATTEMPT_LABEL) == str(attempt)]
+    return len(members) == WORKERS and all(
+        (p.metadata.annotations or {}).get(ATTEMPT_RESYNC_ANNOTATION) == str(attempt) for p in members
+    )
 
 
 def test_spares_take_lost_ranks_while_the_leader_is_killed_mid_takeover(
@@ -103,6 +111,10 @@ def test_spares_take_lost_ranks_while_the_leader_is_killed_mid_takeover(
             assert named_as_spare(taker), f"rank {lost_rank} went to {taker}, not to a spare{logs()}"
             twice = {key: uids for key, uids in ledger.seen().items() if len(uids) > 1}
             assert twice == {}, f"a member of an attempt had more than one pod: {twice}"
+            # The new leader, too, writes every moved member's attempt a second time (the kubelet's
+            # resync of its attempt files: names.ATTEMPT_RESYNC_ANNOTATION).
+            wait_for(functools.partial(resynced, jobs, name, attempt), f"attempt {attempt} resynced{logs()}",
+                     timeout=30)  # fmt: skip
         status = jobs.get(name)["status"]
         assert status["attempt"] == ROUNDS + 1
         assert status["restarts"] == {"failures": 0, "preemptions": ROUNDS, "total": ROUNDS}, status
