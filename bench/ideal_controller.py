@@ -5,7 +5,7 @@ The dtjob contender's jobs are created at once, so its clock starts before the c
 the floor's clock starts at each job's first pod create, so the floor's own queueing (16 threads creating
 800 pods take ~5.6 s) is left out of its figures. This module runs in dtjob's place (the harness's
 DTJOB_MODULE) and does the least a controller can: for each job its watch delivers, the floor's own pods
-(the harness's `pod_spec`, no owner, no Service, no status), created from 16 threads without a rate limit.
+(the harness's `Floor.pod`, no owner, no Service, no status), created from 16 threads without a rate limit.
 Its p50 over the floor's is what no controller can beat on that cluster (docs/architecture.md):
 
     cd <repo> && PEERS_DIR=/tmp/peers DTJOB_REPO=$PWD DTJOB_MODULE=bench.ideal_controller \
@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -27,36 +27,23 @@ from kubernetes import client, config, watch
 from dtjob.api import GROUP, PLURAL, VERSION
 
 THREADS = 16  # as the harness's floor
-# The harness's floor pod (bench_peers.pod_spec), so that only the clock differs.
-GPU = "nvidia.com/gpu"
-FLOOR_POD_SPEC: dict[str, Any] = {
-    "containers": [{
-        "name": "trainer", "image": "localhost/none:1", "command": ["python", "train.py"],
-        "resources": {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
-    }],
-    "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
-    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-    "terminationGracePeriodSeconds": 1,
-    "restartPolicy": "Never",
-}  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 
 def _pods(job: dict[str, Any]) -> list[dict[str, Any]]:
-    name = job["metadata"]["name"]
-    replicas = job["spec"]["replicas"]
-    labels = ((replicas[0].get("template") or {}).get("metadata") or {}).get("labels") or {}
-    size = sum(int(replica.get("count", 1)) for replica in replicas)
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{name}-{k}", "labels": labels},
-            "spec": FLOOR_POD_SPEC,
-        }
-        for k in range(size)
-    ]
+    """The floor's own pods for the job (the harness's `Floor.pod`, so that only the clock differs): the
+    harness puts its directory on the path of the controller it runs."""
+    from bench_peers import Floor  # type: ignore[import-not-found]
+
+    size = sum(int(replica.get("count", 1)) for replica in job["spec"]["replicas"])
+    floor = Floor()
+    return [floor.pod(job["metadata"]["name"], k) for k in range(size)]
+
+
+def _failed(created: Future[Any]) -> None:
+    if (error := created.exception()) is not None:
+        log.error("a pod create failed: %s", error)
 
 
 def _create_for_each_job(namespace: str) -> None:
@@ -66,12 +53,15 @@ def _create_for_each_job(namespace: str) -> None:
     api = client.ApiClient(configuration)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     creators = ThreadPoolExecutor(THREADS)
-    for event in watch.Watch().stream(
-        custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
-    ):
-        if event["type"] == "ADDED":
-            for pod in _pods(event["object"]):
-                creators.submit(core.create_namespaced_pod, namespace, pod)
+    try:
+        for event in watch.Watch().stream(
+            custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+        ):
+            if event["type"] == "ADDED":
+                for pod in _pods(event["object"]):
+                    creators.submit(core.create_namespaced_pod, namespace, pod).add_done_callback(_failed)
+    finally:  # the harness then waits for pods that never come: say why
+        log.error("ideal controller: the job watch ended; no more pods are created")
 
 
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:

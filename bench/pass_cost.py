@@ -30,15 +30,15 @@ REPO = Path(__file__).resolve().parent.parent
 def measure(passes: int) -> dict[str, float]:
     """Microseconds a pass (median of 5 rounds), in this interpreter's `dtjob`."""
     from dtjob.plan import reconcile
-    from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
+    from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest
     from tests.unit.test_kueue import QUEUED, workload
 
     job = manifest(("Worker", 8), checkpoint=SHARED_CHECKPOINTS)
-    first = reconcile(job, [], NOW)
-    steady_job = {**job, "status": first.status}
-    pods = [running(p) for p in pods_of(job).values()]
-    settled = reconcile(steady_job, pods, NOW)
-    steady_job = {**steady_job, "status": settled.status or steady_job["status"]}
+    steady_job, pods = _steady(reconcile, job)
+    in_place = manifest(
+        ("Worker", 8), checkpoint=SHARED_CHECKPOINTS, runPolicy={"restartStrategy": "InPlace"}
+    )
+    in_place_job, in_place_pods = _steady(reconcile, in_place)
     queued_first = reconcile(QUEUED, [], NOW)
     queued_job = {**QUEUED, "status": queued_first.status}
     waiting = workload(("QuotaReserved", "False"))
@@ -50,6 +50,8 @@ def measure(passes: int) -> dict[str, float]:
     later = NOW + timedelta(seconds=1)
     cases = {
         "steady 8-pod gang": lambda: reconcile(steady_job, pods, later),
+        # Every pass renders each live member and compares its labels and annotations (plan._drifted).
+        "steady 8-pod gang, restartStrategy InPlace": lambda: reconcile(in_place_job, in_place_pods, later),
         "queued, waiting for quota": lambda: reconcile(queued_job, [], later, workload=waiting, **extra),
     }
     if "ledger" in inspect.signature(reconcile).parameters:
@@ -64,6 +66,22 @@ def measure(passes: int) -> dict[str, float]:
             rounds.append((time.process_time() - start) / passes * 1e6)
         figures[name] = statistics.median(rounds)
     return figures
+
+
+def _steady(
+    reconcile: Callable[..., Any], job: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The job after its first passes, with its pods all Running."""
+    from tests.unit.builders import NOW, pods_of, running
+
+    first = reconcile(job, [], NOW)
+    steady = {**job, "status": first.status}
+    pods = [running(p) for p in pods_of(job).values()]
+    settled = reconcile(steady, pods, NOW)
+    steady = {**steady, "status": settled.status or steady["status"]}
+    plan = reconcile(steady, pods, NOW + timedelta(seconds=1))
+    assert not (plan.create or plan.delete or plan.relabel or plan.status), f"not steady: {plan}"
+    return steady, pods
 
 
 def _progress_cases(
