@@ -214,6 +214,25 @@ def test_without_a_running_spare_the_lost_member_gets_a_new_pod_once_its_old_one
     assert plan.confirm_missing == ()
 
 
+def test_members_created_without_the_resync_annotation_get_it_once_and_keep_their_pods() -> None:
+    # An operator upgraded under a running in-place gang whose pods an earlier build created without it.
+    job, pods, spare = running_gang()
+    members = [running(pods[name]) for name in ("mnist-worker-0", "mnist-worker-1")]
+    for pod in members:
+        del pod["metadata"]["annotations"][ATTEMPT_RESYNC_ANNOTATION]
+    children = [service_of(WORKERS), *members, running(spare)]
+    plan = reconcile(job, children, NOW + timedelta(seconds=2))
+    assert plan.create == plan.delete == []
+    assert {r.name: (r.labels, r.annotations) for r in plan.relabel} == {
+        name: ({}, {ATTEMPT_RESYNC_ANNOTATION: "1"}) for name in ("mnist-worker-0", "mnist-worker-1")
+    }
+    patched = [relabelled(pod, r) for pod, r in zip(members, plan.relabel, strict=True)]
+    settled = reconcile(
+        after(job, plan), [service_of(WORKERS), *patched, running(spare)], NOW + timedelta(seconds=3)
+    )
+    assert settled.create == settled.delete == settled.relabel == []
+
+
 def test_a_member_still_saving_on_its_way_out_does_not_hold_the_takeover_back() -> None:
     """Its trainer saves the step on SIGTERM with the others, then exits: it stays in attempt 1 (a pod
     being deleted is never moved on), so it cannot join attempt 2's rendezvous, and the spare does not
