@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TIER ?= C
 ADDONS ?=
+REAL_NODES ?= 1
 # CLUSTER=current: the demo and the e2e tests on the kubeconfig's current context (or CONTEXT=...), with
 # the images pushed to REGISTRY (kind and minikube load them without one). docs/own-cluster.md
 CLUSTER ?= local
@@ -42,8 +43,8 @@ build: ## Build the cluster's Go components into the cache (once per pinned vers
 test-images: venv ## Build the images the tests use into the image cache (rebuilt only when their content changes)
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch dtjob-trainer-tensorflow
 
-cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C; ADDONS=kueue on B or C)
-	$(PY) -m localcluster up --tier $(TIER) --addons "$(ADDONS)"
+cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C; ADDONS=kueue on B or C; REAL_NODES=2 on C)
+	$(PY) -m localcluster up --tier $(TIER) --addons "$(ADDONS)" --real-nodes $(REAL_NODES)
 
 cluster-down: venv ## Stop the local cluster and remove all its state
 	$(PY) -m localcluster down

@@ -25,11 +25,13 @@ recovery's own cost, without the spare start-ups' share of the CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -114,7 +116,7 @@ class Run:
         waiting spare instead), run to Succeeded: the wall time, each restart's cost (with the pause it
         made in training, `pauseSeconds`: see `pause`), the final goodput and the weights' sha256."""
         start = time.monotonic()
-        self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.job)
+        self.create()
         costs = []
         for n in range(1, preemptions + 1):
             attempt = 1 if spares_only else n
@@ -144,13 +146,19 @@ class Run:
             costs.append(done | {"pauseSeconds": pause(done, evicted_at)})
             if costs[-1]["pauseSeconds"] > SLOW_PAUSE_SECONDS:
                 self.keep_logs(f"restart-{attempt}")
+        weights = self.finish()
+        return time.monotonic() - start, costs, self.status().get("goodput") or {}, weights
+
+    def create(self) -> None:
+        self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.job)
+
+    def finish(self) -> str:
+        """Once the job has ended (Succeeded, or this fails): the sha256 of its final weights."""
         wait(lambda: self.status().get("phase") in ("Succeeded", "Failed"), "the end", timeout=1200)
-        wall = time.monotonic() - start
         status = self.status()
         assert status["phase"] == "Succeeded", status
         rank_zero = self.holder(status["attempt"], 0)
-        weights = result_line(self.core, self.namespace, rank_zero)["weights_sha256"]
-        return wall, costs, status.get("goodput") or {}, str(weights)
+        return str(result_line(self.core, self.namespace, rank_zero)["weights_sha256"])
 
     def keep_logs(self, what: str) -> None:
         """The job's pods' logs, as they are now, in a folder for a look at a restart that paused long."""
@@ -177,17 +185,44 @@ class Run:
 
     def spare_waiting(self) -> str | None:
         """A spare (not being deleted) whose trainer waits for a rank."""
+        return next(iter(self.spares_waiting()), None)
+
+    def spares_waiting(self) -> list[str]:
+        """The spares (not being deleted) whose trainers wait for a rank."""
         selector = f"{JOB_NAME_LABEL}={self.name},{SPARE_LABEL}=true"
+        waiting = []
         for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
             if pod.metadata.deletion_timestamp is not None:
                 continue
             try:
                 log = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace) or ""
                 if "a hot spare: waiting for a rank" in log:
-                    return str(pod.metadata.name)
+                    waiting.append(str(pod.metadata.name))
             except client.ApiException:  # not started yet
                 pass
-        return None
+        return waiting
+
+
+@contextlib.contextmanager
+def operator_in_a_namespace(cluster: Cluster, prefix: str) -> Iterator[tuple[client.ApiClient, str]]:
+    """The CRD applied and a fresh namespace, with the operator run in-process on it and its progress
+    intake (status written every second); the namespace deleted after."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core = client.CoreV1Api(api)
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait(lambda: core.list_namespaced_service_account(namespace).items, "the default ServiceAccount")
+    port = free_port()
+    os.environ |= {"DTJOB_PROGRESS_PORT": str(port), "DTJOB_PROGRESS_URL": f"http://{NODE_IP}:{port}/v1/progress",
+                   "DTJOB_PROGRESS_STATUS_SECONDS": "1"}  # fmt: skip
+    try:
+        with KopfRunner(
+            ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"], timeout=60
+        ):
+            yield api, namespace
+    finally:
+        core.delete_namespace(namespace)
 
 
 def pause(cost: dict[str, Any], evicted_at: datetime) -> float:
@@ -217,41 +252,27 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster()
     if cluster.running_tier() != Tier.C:
         cluster.up(Tier.C)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     images.ensure(cluster, images.TORCH_TRAINER)
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    core = client.CoreV1Api(api)
-    namespace = f"recovery-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait(lambda: core.list_namespaced_service_account(namespace).items, "the default ServiceAccount")
-    port = free_port()
-    os.environ |= {"DTJOB_PROGRESS_PORT": str(port), "DTJOB_PROGRESS_URL": f"http://{NODE_IP}:{port}/v1/progress",
-                   "DTJOB_PROGRESS_STATUS_SECONDS": "1"}  # fmt: skip
-    try:
-        with KopfRunner(
-            ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"], timeout=60
-        ):
-            # The first pods of a freshly imported image pay its unpacking on the node: not the runs' cost.
-            Run(api, namespace, "warm-up", 1, "--min-accuracy", "0").train(0)
-            plain = Run(api, namespace, "uninterrupted", args.epochs, workers=args.workers).train(0)
-            spare_churn = None
-            if SPARE in strategies:
-                spare_churn = Run(
-                    api, namespace, "spare-churn", args.epochs, strategy=SPARE, workers=args.workers
-                ).train(args.preemptions, spares_only=True)
-            preempted = {
-                strategy: Run(
-                    api,
-                    namespace,
-                    strategy.lower().replace("+", "-"),
-                    args.epochs,
-                    strategy=strategy,
-                    workers=args.workers,
-                ).train(args.preemptions)
-                for strategy in strategies
-            }
-    finally:
-        core.delete_namespace(namespace)
+    with operator_in_a_namespace(cluster, "recovery") as (api, namespace):
+        # The first pods of a freshly imported image pay its unpacking on the node: not the runs' cost.
+        Run(api, namespace, "warm-up", 1, "--min-accuracy", "0").train(0)
+        plain = Run(api, namespace, "uninterrupted", args.epochs, workers=args.workers).train(0)
+        spare_churn = None
+        if SPARE in strategies:
+            spare_churn = Run(
+                api, namespace, "spare-churn", args.epochs, strategy=SPARE, workers=args.workers
+            ).train(args.preemptions, spares_only=True)
+        preempted = {
+            strategy: Run(
+                api,
+                namespace,
+                strategy.lower().replace("+", "-"),
+                args.epochs,
+                strategy=strategy,
+                workers=args.workers,
+            ).train(args.preemptions)
+            for strategy in strategies
+        }
 
     (plain_wall, _, plain_goodput, plain_weights) = plain
     print(f"{args.workers} workers; uninterrupted: wall time {plain_wall:.1f} s, goodput {plain_goodput.get('percent')}%, "

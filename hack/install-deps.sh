@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages the local cluster and image builds need (and tmux, the real terminal the console's e2e
 # test draws in; skopeo, which pushes the images to a registry for CLUSTER=current, and docker-registry,
-# the registry its test pushes to); installs only what is missing.
+# the registry its test pushes to; dbus-daemon, the bus of the second real node's logind stand-in); installs
+# only what is missing.
 set -euo pipefail
-packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah skopeo docker-registry gcc libc6-dev iproute2 openssl tmux)
+packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah skopeo docker-registry gcc libc6-dev iproute2 openssl tmux dbus-daemon)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         help="fake GKE GPU nodes (tier B and up); 0: no kwok at all (tier C's real node alone)",
     )
     up.add_argument("--addons", default="", help="comma-separated optional components (tier B and up): kueue")
+    up.add_argument(
+        "--real-nodes", type=int, default=1, help="tier C: 2 adds a second real node (a second kubelet)"
+    )
     sub.add_parser("down", help="stop every component and remove all state, interfaces and rules")
     sub.add_parser("status", help="print which tier runs and each component's PID")
     sub.add_parser("env", help="print `export KUBECONFIG=...` for a shell")
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             addons = tuple(a for a in args.addons.split(",") if a)
-            cluster.up(args.tier, fake_nodes=args.fake_nodes, addons=addons)
+            cluster.up(args.tier, fake_nodes=args.fake_nodes, addons=addons, real_nodes=args.real_nodes)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from localcluster import controlplane, fakenodes, hostnet, images, kueue
-from localcluster.layout import HERE, REAL_NODE_NAME, Layout
+from localcluster.layout import HERE, REAL_NODES, Layout
 from localcluster.node import COMPONENTS as NODE_COMPONENTS
 from localcluster.node import Node
 from localcluster.procs import ProcessError, Processes
@@ -45,7 +45,8 @@ class Cluster:
     def __init__(self, layout: Layout | None = None) -> None:
         self.layout = layout or Layout.from_env()
         self.procs = Processes(self.layout)
-        self.node = Node(self.layout, self.procs)
+        self.nodes = tuple(Node(self.layout, self.procs, real) for real in REAL_NODES)
+        self.node = self.nodes[0]
 
     # --- queries --------------------------------------------------------------------------------------
     @property
@@ -83,10 +84,12 @@ class Cluster:
         }
 
     def check_alive(self) -> None:
-        """Fail loudly, with log tails, if a component that was started has died."""
+        """Fail loudly, with log tails, if a component that was started has died (a node taken away on
+        purpose, `lose_node`, is not)."""
+        other_nodes = (name for node in self.nodes[1:] for name in node.processes)
         dead = [
             c
-            for c in (*TIER_COMPONENTS["C"], *ADDONS)
+            for c in (*TIER_COMPONENTS["C"], *ADDONS, *other_nodes)
             if (self.layout.pids / f"{c}.pid").exists() and not self.procs.running(c)
         ]
         if dead:
@@ -105,8 +108,15 @@ class Cluster:
         subprocess.run([str(HERE / "build.sh"), *tools], check=True,
                        env={**os.environ, "DTJOB_CACHE": str(self.layout.cache)})  # fmt: skip
 
-    def up(self, tier: Tier = Tier.C, fake_nodes: int = 200, addons: tuple[str, ...] = ()) -> None:
+    def up(
+        self, tier: Tier = Tier.C, fake_nodes: int = 200, addons: tuple[str, ...] = (), real_nodes: int = 1
+    ) -> None:
+        """`real_nodes` 2: tier C with a second real node (`start_node`)."""
         tier = Tier(tier)
+        if not 1 <= real_nodes <= len(self.nodes):
+            raise ClusterError(f"--real-nodes is 1 to {len(self.nodes)}, not {real_nodes}")
+        if real_nodes > 1 and tier < Tier.C:
+            raise ClusterError(f"a second real node is tier C, not {tier}")
         if unknown := set(addons) - set(ADDONS):
             raise ClusterError(
                 f"unknown addon(s) {', '.join(sorted(unknown))}; there are: {', '.join(ADDONS)}"
@@ -142,6 +152,8 @@ class Cluster:
                 step = time.monotonic()
                 self._up_node()
                 _log(f"tier C (real node, DNS, kube-proxy) ready in {time.monotonic() - step:.1f}s")
+                for node in self.nodes[1:real_nodes]:
+                    self.start_node(node)
             if "kueue" in addons:
                 self.up_kueue()
         except ProcessError as err:
@@ -160,13 +172,43 @@ class Cluster:
     def _up_node(self) -> None:
         hostnet.prepare_for_pods()
         self.node.dir.mkdir(parents=True, exist_ok=True)
-        self.node.start(before_kubelet=self._import_pause)
-        self.kubectl("wait", "--for=condition=Ready", f"node/{REAL_NODE_NAME}", "--timeout=120s")
+        self.node.start(before_kubelet=lambda: self._import_pause(self.node))
+        self.kubectl("wait", "--for=condition=Ready", f"node/{self.node.real.name}", "--timeout=120s")
 
-    def _import_pause(self) -> None:
+    def _import_pause(self, node: Node) -> None:
         # containerd must already hold the sandbox image when the kubelet asks for one: nothing can pull it.
-        if not self.node.has_image(images.PAUSE_IMAGE):
-            self.node.import_image(images.pause_archive(self.layout))
+        if not node.has_image(images.PAUSE_IMAGE):
+            node.import_image(images.pause_archive(self.layout))
+
+    def start_node(self, node: Node) -> None:
+        """Another real node (tier C must be up), or the same one back after `lose_node`: a replacement
+        machine of the same name. It holds the images it was given (`share_image`) before."""
+        step = time.monotonic()
+        node.start(before_kubelet=lambda: self._import_pause(node))
+        self.kubectl("wait", "--for=condition=Ready", f"node/{node.real.name}", "--timeout=120s")
+        _log(f"real node {node.real.name} ready in {time.monotonic() - step:.1f}s")
+
+    def lose_node(self, node: Node) -> None:
+        """`node` gone at once, as a VM that vanished (`Node.lose`)."""
+        node.lose()
+
+    def shut_down_node(self, node: Node) -> None:
+        """`node`'s graceful shutdown begins, as a Spot VM's reclaim notice starts it (`Node.shut_down`);
+        `lose_node` ends the machine."""
+        node.shut_down()
+
+    def share_image(self, ref: str) -> None:
+        """The first real node's image `ref`, in every other running real node's containerd too (copied
+        once a content: minutes for torch; kept across `down`/`up` as the first node's images are)."""
+        digest = self.node.image_targets()[ref]
+        for node in self.nodes[1:]:
+            if not self.procs.running(node.containerd) or node.image_targets().get(ref) == digest:
+                continue
+            step = time.monotonic()
+            if node.has_image(ref):
+                node.remove_image(ref)  # the old content first: the disk never holds both
+            node.import_from(self.node, ref)
+            _log(f"{ref} copied to {node.real.name} in {time.monotonic() - step:.1f}s")
 
     def import_image(self, archive: Path) -> None:
         self.node.import_image(archive)
@@ -220,7 +262,8 @@ class Cluster:
             self.kubectl("delete", "pods", "--all-namespaces", "--all", "--grace-period=0", "--force",
                          "--wait=false", check=False)  # fmt: skip
             self._wait_no_real_pods(timeout=30)
-        self.node.stop()
+        for node in reversed(self.nodes):
+            node.stop()
         kueue.remove_host_files()
         for name in ("kueue", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self.procs.stop(name)
@@ -232,8 +275,20 @@ class Cluster:
     def _wait_no_real_pods(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = self.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={REAL_NODE_NAME}",
-                               "-o", "name", check=False)  # fmt: skip
+            live = [n.real.name for n in self.nodes if self.procs.running(n.kubelet)]
+            out = "".join(
+                self.kubectl(
+                    "get",
+                    "pods",
+                    "-A",
+                    "--field-selector",
+                    f"spec.nodeName={name}",
+                    "-o",
+                    "name",
+                    check=False,
+                )
+                for name in live
+            )
             if not out.strip():
                 return
             time.sleep(0.5)

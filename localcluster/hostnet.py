@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import subprocess
 
-from localcluster.layout import DNS_IP, KWOK_NODE_IP, NODE_IP, POD_BRIDGE, POD_CIDR
+from localcluster.layout import DNS_IP, KWOK_NODE_IP, NODE_IP, REAL_NODES
 
-LOOPBACK_ALIASES = (NODE_IP, DNS_IP, KWOK_NODE_IP)
-# Pods may reach addresses on this machine, never anything beyond it: drop forwarded traffic from the
-# pod range unless it goes back into the pod bridge. Tagged with a comment so `down` removes exactly it.
+LOOPBACK_ALIASES = (NODE_IP, DNS_IP, KWOK_NODE_IP, *(node.ip for node in REAL_NODES[1:]))
+# Pods may reach addresses on this machine, never anything beyond it: drop forwarded traffic from a
+# node's pod range unless it goes into a pod bridge (its own, or another real node's). Tagged with a
+# comment so `down` removes exactly these.
 RULE_COMMENT = "dtjob-localcluster: keep pod traffic on this machine"
+_TAG = ["-m", "comment", "--comment", RULE_COMMENT]
 CONTAINMENT_RULES = (
-    [
-        "FORWARD",
-        "-s",
-        POD_CIDR,
-        "!",
-        "-o",
-        POD_BRIDGE,
-        "-m",
-        "comment",
-        "--comment",
-        RULE_COMMENT,
-        "-j",
-        "DROP",
-    ],
+    *(
+        ["FORWARD", "-s", node.pod_cidr, "-o", other.bridge, *_TAG, "-j", "ACCEPT"]
+        for node in REAL_NODES
+        for other in REAL_NODES
+        if other != node
+    ),
+    *(["FORWARD", "-s", node.pod_cidr, "!", "-o", node.bridge, *_TAG, "-j", "DROP"] for node in REAL_NODES),
 )
 
 # Chains the kubelet creates (by table), and the jumps into them from built-in chains.
@@ -61,7 +56,8 @@ def prepare_for_pods() -> None:
     ):
         _run("sysctl", "-w", f"{key}=1", check=False)
     _run("mount", "--make-rshared", "/")  # no systemd: / may be private; kubelet needs propagation
-    for rule in CONTAINMENT_RULES:
+    # Each inserted at the top: the last first, so that they stand in their order (ACCEPTs before DROPs).
+    for rule in reversed(CONTAINMENT_RULES):
         if _run("iptables", "-C", *rule, check=False).returncode != 0:
             _run("iptables", "-I", *rule)
 
@@ -70,7 +66,8 @@ def undo_pod_networking() -> None:
     for rule in CONTAINMENT_RULES:
         while _run("iptables", "-C", *rule, check=False).returncode == 0:
             _run("iptables", "-D", *rule)
-    _run("ip", "link", "del", POD_BRIDGE, check=False)
+    for node in REAL_NODES:
+        _run("ip", "link", "del", node.bridge, check=False)
     # The kubelet's own chains, in IPv4 and IPv6 (kube-proxy --cleanup removes only the proxy's).
     for tool in ("iptables", "ip6tables"):
         for table, chain, target in KUBELET_JUMPS:

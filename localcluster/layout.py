@@ -27,6 +27,29 @@ K8S_MINOR = "1.34"
 
 
 @dataclass(frozen=True)
+class RealNode:
+    """A node of real pods (containerd, runc, a kubelet) and where it lives on this machine."""
+
+    name: str
+    ip: str
+    pod_cidr: str
+    bridge: str
+    directory: str
+    """Its state folder under the cluster's (and its containerd's under the cache)."""
+    kubelet_healthz_port: int
+    cgroup_root: str
+    """Where its kubelet puts the pods' cgroups: a second kubelet must not take the first one's."""
+
+
+# The real node; a second one (`up --real-nodes 2`) is a second containerd and kubelet on this machine,
+# with its own pod range and bridge, which a benchmark can take away as a cluster loses a node.
+REAL_NODES = (
+    RealNode(REAL_NODE_NAME, NODE_IP, POD_CIDR, POD_BRIDGE, "node", 10248, "/"),
+    RealNode("localnode2", "10.87.0.3", "10.89.0.0/16", "dtjob1", "node2", 10258, "/localnode2"),
+)
+
+
+@dataclass(frozen=True)
 class Layout:
     cache: Path
     state: Path

@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from localcluster.layout import APISERVER_PORT, KUBERNETES_SERVICE_IP, NODE_IP, REAL_NODE_NAME, Layout
+from localcluster.layout import (
+    APISERVER_PORT,
+    KUBERNETES_SERVICE_IP,
+    NODE_IP,
+    REAL_NODE_NAME,
+    REAL_NODES,
+    Layout,
+)
 
 # name -> (subject, extended key usage); subjects are the bootstrap-RBAC identities.
 CLIENTS = {
@@ -15,8 +22,17 @@ CLIENTS = {
     "scheduler": "/CN=system:kube-scheduler",
     "kubelet": f"/O=system:nodes/CN=system:node:{REAL_NODE_NAME}",
     "kube-proxy": "/CN=system:kube-proxy",
+    # The other real nodes' kubelets, each as its own node (the Node authorizer lets a kubelet write its
+    # node's objects alone).
+    **{f"kubelet-{node.name}": f"/O=system:nodes/CN=system:node:{node.name}" for node in REAL_NODES[1:]},
 }
-KUBECONFIG_USERS = ("admin", "controller-manager", "scheduler", "kubelet", "kube-proxy")
+KUBECONFIG_USERS = (
+    "admin",
+    "controller-manager",
+    "scheduler",
+    "kube-proxy",
+    *(u for u in CLIENTS if u.startswith("kubelet")),
+)
 APISERVER_SANS = ",".join(
     [
         "DNS:kubernetes",

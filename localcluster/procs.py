@@ -78,12 +78,22 @@ class Processes:
         for `down_seconds` (the outage's length is the point, so this one waits by the clock), and start
         it again as it was started. The caller waits for it to be ready."""
         recorded = json.loads(self._argvfile(name).read_text())
-        pid = self.pid(name)
-        if crash and pid is not None:
-            _signal_group(pid, signal.SIGKILL)
+        if crash:
+            self.kill(name)
         self.stop(name)
         time.sleep(down_seconds)
         self.start(name, recorded["argv"], recorded["env"])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL it and its process group (a crash, a machine gone), and forget it."""
+        pid = self.pid(name)
+        if pid is not None:
+            _signal_group(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            _reap(pid)
+        self._pidfile(name).unlink(missing_ok=True)
 
     def stop(self, name: str, timeout: float = 20.0) -> None:
         pid = self.pid(name)

@@ -59,6 +59,9 @@ DISRUPTION_REASONS: Final = frozenset(
 # status.reason of pods the kubelet ended: graceful node shutdown (Terminated; Shutdown before 1.22),
 # rejected while the node shuts down (NodeShutdown), node-pressure eviction (Evicted).
 DISRUPTED_POD_REASONS: Final = frozenset({"Terminated", "Shutdown", "NodeShutdown", "Evicted"})
+# What the kubelet's Ready condition says while its graceful node shutdown runs (pkg/kubelet/nodeshutdown,
+# v1.34.4: ShutdownStatus).
+KUBELET_SHUTTING_DOWN: Final = "node is shutting down"
 # A node whose kubelet stopped reporting is already NotReady for the node-monitor grace period (40-50 s);
 # a collective cannot progress without it, but a network blip should not cost a restart: a minute more.
 NODE_NOT_READY_GRACE: Final = timedelta(seconds=60)
@@ -147,6 +150,9 @@ class NodeView:
     not_ready_reason: str = ""
     going_away: str = ""
     """A taint of DISRUPTION_TAINTS the node carries, if any."""
+    shutting_down: bool = False
+    """Its kubelet says so (Ready False: "node is shutting down"): its graceful node shutdown, as GKE
+    starts it in a Spot VM's 30 s reclaim notice, stops the node's pods on SIGTERM. Not silent."""
 
 
 @dataclass(frozen=True)
@@ -286,7 +292,10 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     # A node that never reported Ready is as lost as one that stopped: count from its creation.
     since = since or (node.get("metadata") or {}).get("creationTimestamp")
     reason = f"Ready={ready.get('status', 'Unknown')}: {ready.get('message') or ready.get('reason', '')}"
-    return NodeView(name, parse_timestamp(since) if since else NEVER, reason.rstrip(": "), going_away)
+    shutting_down = ready.get("status") == "False" and KUBELET_SHUTTING_DOWN in str(ready.get("message", ""))
+    return NodeView(
+        name, parse_timestamp(since) if since else NEVER, reason.rstrip(": "), going_away, shutting_down
+    )
 
 
 @dataclass(frozen=True)
@@ -302,6 +311,8 @@ class _Facts:
     terminating: bool
     node_lost: str | None
     """Why the pod's node is gone for good (deleted, or NotReady past the grace); None if it is not."""
+    node_shutting_down: str
+    """Why the pod's node is shutting down (its kubelet says so), or ""."""
     image_error_persists: bool
     daemon_not_ready: str = ""
     """Which GPUDirect daemon sidecar keeps failing to start (its startup probe), if one does."""
@@ -320,6 +331,14 @@ def _disrupted(facts: _Facts) -> Classification | None:
         return PodState.PREEMPTED, str(target["reason"]), str(target.get("message", ""))
     if facts.phase == "Failed" and facts.reason in DISRUPTED_POD_REASONS:
         return PodState.PREEMPTED, facts.reason, facts.message
+    return None
+
+
+def _node_shutting_down(facts: _Facts) -> Classification | None:
+    # The kubelet stops the pod itself (SIGTERM: its trainer saves with its peers and exits) and marks it
+    # Failed with DisruptionTarget once it has: a preemption from the notice on, not from the pod's end.
+    if facts.node_shutting_down and facts.phase not in TERMINAL_PHASES:
+        return PodState.PREEMPTED, "NodeShutdown", facts.node_shutting_down
     return None
 
 
@@ -392,6 +411,7 @@ def _live(facts: _Facts) -> Classification | None:
 
 CLASSIFIERS: Final[tuple[_Rule, ...]] = (
     _disrupted,
+    _node_shutting_down,
     _node_lost,
     _daemon_down,
     _deleted,
@@ -421,6 +441,7 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         trainer=trainer,
         terminating=deletion_due is not None,
         node_lost=node_lost,
+        node_shutting_down=_node_shutting_down_now(node, nodes) if _node_matters(pod) else "",
         image_error_persists=image_error_at is not None and now >= image_error_at,
         daemon_not_ready=_daemon_not_ready(status, node),
     )
@@ -474,7 +495,12 @@ def _node_silent(node: str | None, nodes: Mapping[str, NodeView] | None) -> bool
     if not node or nodes is None:
         return False
     view = nodes.get(node)
-    return view is None or view.not_ready_since is not None
+    return view is None or (view.not_ready_since is not None and not view.shutting_down)
+
+
+def _node_shutting_down_now(node: str | None, nodes: Mapping[str, NodeView] | None) -> str:
+    view = (nodes or {}).get(node or "")
+    return f"node {node} is shutting down (its kubelet stops its pods)" if view and view.shutting_down else ""
 
 
 def _disruption(

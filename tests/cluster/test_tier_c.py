@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import ipaddress
 import json
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from kubernetes import client
 
 from localcluster import Cluster, images
 from localcluster.layout import HERE
-from localcluster.node import NODE_LABEL
+from localcluster.node import NODE_LABEL, Node
 from tests.waiting import wait_for
 
 PROBE_CONTEXT = HERE / "images" / "probe"
@@ -140,3 +142,96 @@ def test_an_image_imported_again_under_its_tag_leaves_no_copy_of_the_old_content
         assert f"{first}" not in node.ctr("content", "ls", "-q").stdout.split()
     finally:
         node.ctr("images", "rm", "--sync", ref, check=False)
+
+
+@pytest.fixture
+def second_node(cluster_c: Cluster, core: client.CoreV1Api) -> Iterator[Node]:
+    """The second real node, up for one test: stopped after it, its Node object and pods gone, so that no
+    other test's pod is scheduled onto it."""
+    node = cluster_c.nodes[1]
+    cluster_c.start_node(node)
+    try:
+        yield node
+    finally:
+        node.stop()
+        core.delete_node(node.real.name)
+        wait_for(
+            lambda: (
+                not core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.real.name}").items
+            ),
+            f"the pods of {node.real.name} gone with it (pod GC)",
+            timeout=60,
+        )
+
+
+def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently_when_it_is_lost(
+    cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
+) -> None:
+    cluster_c.share_image(probe_image)
+    core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "peers"}, "spec": {"clusterIP": "None", "selector": {"app": "probe"}}},
+    )
+    far = probe_pod("far", probe_image, ["hold-serve", "7000"], "peers")
+    near = probe_pod("near", probe_image, ["hold", "far.peers", "7000", "60"], "peers")
+    for pod, node in ((far, second_node), (near, cluster_c.node)):
+        pod["spec"]["nodeName"] = node.real.name
+        pod["spec"]["containers"][0].pop("readinessProbe")  # ready: the headless Service publishes them
+    core.create_namespaced_pod(namespace, far)
+    wait_for(
+        lambda: core.read_namespaced_pod("far", namespace).status.pod_ip, "the far pod's address", timeout=60
+    )
+    core.create_namespaced_pod(namespace, near)
+    # Over the far node's bridge and this machine's routing: the far pod's name resolved, its answer came.
+    answer = wait_for(
+        lambda: (log := core.read_namespaced_pod_log("near", namespace)) and json.loads(log.splitlines()[0]),
+        "the far pod's answer",
+        timeout=60,
+    )
+    far_ip = core.read_namespaced_pod("far", namespace).status.pod_ip
+    assert (answer["answer"], answer["addr"]) == ("far", far_ip)
+    assert ipaddress.ip_address(far_ip) in ipaddress.ip_network(second_node.real.pod_cidr)
+
+    cluster_c.lose_node(second_node)
+    # Its processes died with it (the connection ends), while the API was told nothing.
+    closed = json.loads(finished_log(core, namespace, "near", timeout=30).strip().splitlines()[-1])
+    assert closed == {"closed": True, "after": ""}
+    assert not cluster_c.procs.running(second_node.kubelet)
+    assert core.read_namespaced_pod("far", namespace).status.phase == "Running"
+    conditions = core.read_node(second_node.real.name).status.conditions
+    assert any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def test_a_second_real_nodes_kubelet_shuts_down_gracefully_when_its_logind_says_so(
+    cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
+) -> None:
+    """What a GKE Spot VM's reclaim notice does to the node's pods, by the real kubelet's graceful node
+    shutdown: SIGTERM, then Failed with DisruptionTarget TerminationByKubelet, the node NotReady."""
+    cluster_c.share_image(probe_image)
+    pod = probe_pod("reclaimed", probe_image, ["serve", "7000"])
+    pod["spec"]["nodeName"] = second_node.real.name
+    pod["spec"]["containers"][0].pop("readinessProbe")
+    core.create_namespaced_pod(namespace, pod)
+    wait_for(
+        lambda: core.read_namespaced_pod("reclaimed", namespace).status.phase == "Running",
+        "the pod running",
+        timeout=60,
+    )
+    cluster_c.shut_down_node(second_node)
+    status = wait_for(
+        lambda: (s := core.read_namespaced_pod("reclaimed", namespace).status).phase == "Failed" and s,
+        "the pod failed by the node's shutdown",
+        timeout=30,
+    )
+    assert status.reason == "Terminated"
+    disruption = next(c for c in status.conditions if c.type == "DisruptionTarget")
+    assert (disruption.status, disruption.reason) == ("True", "TerminationByKubelet")
+    assert status.container_statuses[0].state.terminated is not None
+    wait_for(
+        lambda: any(
+            c.type == "Ready" and c.status == "False"
+            for c in core.read_node(second_node.real.name).status.conditions
+        ),
+        "the node NotReady",
+        timeout=30,
+    )

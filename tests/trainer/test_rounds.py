@@ -4,6 +4,9 @@ test_pytorch_gang.py."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 from dtjob_trainer.environment import DEFAULT_NEXT_ATTEMPT_TIMEOUT_SECONDS, TrainerEnvironment
+from dtjob_trainer.exit_codes import TERMINATED_WITHOUT_CHECKPOINT
 from dtjob_trainer.pytorch.rounds import (
     Place,
     RoundEnded,
@@ -19,6 +23,8 @@ from dtjob_trainer.pytorch.rounds import (
     lost_a_peer,
     wait_for_place,
 )
+
+from tests.trainer.local_gang import REPO
 
 # What gloo raised here (torch 2.x) when a peer's process was killed mid all-reduce.
 GLOO_PEER_RESET = (
@@ -110,3 +116,26 @@ def test_the_attempt_file_and_the_wait_come_from_the_pods_environment() -> None:
         {"DTJ_ATTEMPT_FILE": "/etc/dtjob/attempt/attempt", "DTJ_NEXT_ATTEMPT_TIMEOUT_SECONDS": "60"}
     )
     assert (env.attempt_file, env.next_attempt_timeout_s) == (Path("/etc/dtjob/attempt/attempt"), 60.0)
+
+
+def test_a_spare_waiting_for_a_rank_exits_on_sigterm_at_once(tmp_path: Path) -> None:
+    """As a container's PID 1, Python ignores a SIGTERM left to its default action: the waiting spare (or
+    kept member) must take it itself, or its pod lingers for its whole grace period."""
+    attempt_file = tmp_path / "attempt"
+    attempt_file.write_text("")
+    spare = subprocess.Popen(
+        [sys.executable, "-m", "tests.trainer.spare_probe", str(attempt_file)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert spare.stdout is not None
+        assert "a hot spare: waiting for a rank" in spare.stdout.readline()
+        spare.send_signal(signal.SIGTERM)
+        assert spare.wait(timeout=10) == TERMINATED_WITHOUT_CHECKPOINT
+        assert "SIGTERM while waiting for a rank" in spare.stdout.read()
+    finally:
+        if spare.poll() is None:
+            spare.kill()
+            spare.wait()

@@ -193,13 +193,18 @@ def preflight_ended(pod: dict[str, Any], exit_code: int, message: str) -> dict[s
     return pod
 
 
+# The kubelet's Ready condition while its graceful node shutdown runs (a Spot VM's reclaim notice).
+SHUTTING_DOWN = "node is shutting down"
+
+
 def node(
-    name: str = "gpu-node-1", ready: str = "True", since: str = "2030-01-01T11:00:00Z"
+    name: str = "gpu-node-1", ready: str = "True", since: str = "2030-01-01T11:00:00Z", message: str = ""
 ) -> dict[str, Any]:
-    """A Node whose Ready condition has had status `ready` since `since`."""
+    """A Node whose Ready condition has had status `ready` since `since` (not Ready: with `message`, as
+    its kubelet says it; else as the node lifecycle controller does when the kubelet went silent)."""
     condition = {"type": "Ready", "status": ready, "lastTransitionTime": since,
-                 "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
-                 "message": "" if ready == "True" else "Kubelet stopped posting node status."}  # fmt: skip
+                 "reason": "KubeletReady" if ready == "True" else "KubeletNotReady" if message else "NodeStatusUnknown",
+                 "message": "" if ready == "True" else message or "Kubelet stopped posting node status."}  # fmt: skip
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -11,6 +11,7 @@ from dtjob.names import ATTEMPT_LABEL
 from dtjob.plan import Relabel, reconcile
 from tests.unit.builders import (
     NOW,
+    SHUTTING_DOWN,
     deleting,
     disrupted_while_running,
     exited,
@@ -141,6 +142,25 @@ def test_a_member_whose_node_stops_reporting_makes_the_restart_recreate_the_gang
     assert restarting["status"]["restarts"]["preemptions"] == 1
     assert "inPlace" not in restarting["status"]["lastRestart"]
     assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=nodes))) == NAMES
+
+
+def test_a_member_whose_node_shuts_down_is_replaced_in_place_from_the_notice_on() -> None:
+    """GKE's Spot VM reclaim: the kubelet's graceful node shutdown says so in the node's Ready condition
+    before it stops the pods; the member there is a preemption at once and its peers are kept (their
+    collective ends when its trainer exits on SIGTERM)."""
+    pods = pods_of(IN_PLACE)
+    reclaimed = running(pods["mnist-master-0"])
+    reclaimed["spec"]["nodeName"] = "gpu-node-2"
+    children = [reclaimed, running(pods["mnist-worker-0"]), running(pods["mnist-worker-1"])]
+    nodes = [node(), node("gpu-node-2", ready="False", since="2030-01-01T12:00:00Z", message=SHUTTING_DOWN)]
+    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    restarting = after(job, reconcile(job, children, NOW + timedelta(seconds=1), nodes=nodes))
+    assert restarting["status"]["restarts"]["preemptions"] == 1
+    assert restarting["status"]["lastRestart"]["reason"] == "Preempted"
+    assert restarting["status"]["lastRestart"]["inPlace"] is True
+    assert deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=nodes)) == [
+        "mnist-master-0"
+    ]
 
 
 def test_a_suspension_during_an_in_place_restart_takes_the_kept_pods_too() -> None:

@@ -21,6 +21,7 @@ from dtjob.observed import (
 )
 from tests.unit.builders import (
     NOW,
+    SHUTTING_DOWN,
     deleted_at,
     deleting,
     disrupted_while_running,
@@ -217,6 +218,9 @@ def tainted(name: str, key: str) -> dict[str, Any]:
                      id="GKE's termination taint"),
         pytest.param(running(POD), [tainted("gpu-node-1", "nvidia.com/gpu")], "", id="another taint: nothing"),
         pytest.param(exited(POD, 1), [], "", id="a pod that ended is judged by its end, not by its node"),
+        pytest.param(running(POD), [node(ready="False", since="2030-01-01T11:59:59Z", message=SHUTTING_DOWN)],
+                     "node gpu-node-1 is not Ready (Ready=False: node is shutting down)",
+                     id="its node shutting down"),
     ],
 )  # fmt: skip
 def test_signs_that_a_live_pod_is_being_taken_away(
@@ -224,6 +228,18 @@ def test_signs_that_a_live_pod_is_being_taken_away(
 ) -> None:
     views = {n["metadata"]["name"]: node_view(node_essentials(n)) for n in nodes}
     assert classify(pod, NOW, views).disruption == disruption
+
+
+def test_a_pod_on_a_node_shutting_down_is_preempted_at_once_and_its_node_is_not_silent() -> None:
+    """The kubelet's graceful node shutdown (GKE's Spot VM reclaim) stops the pod on SIGTERM: its
+    processes close their sockets, unlike those on a node that went silent."""
+    shutting_down = node(ready="False", since="2030-01-01T11:59:59Z", message=f"[{SHUTTING_DOWN}]")
+    view = classify(running(POD), NOW, {"gpu-node-1": node_view(node_essentials(shutting_down))})
+    assert (view.state, view.reason, view.node_silent) == (PodState.PREEMPTED, "NodeShutdown", False)
+    assert view.message == "node gpu-node-1 is shutting down (its kubelet stops its pods)"
+    silent = node(ready="False", since="2030-01-01T11:59:59Z", message="container runtime is down")
+    view = classify(running(POD), NOW, {"gpu-node-1": node_view(silent)})
+    assert (view.state, view.node_silent) == (PodState.READY, True)
 
 
 def test_the_trainers_json_termination_message_gives_the_reason_and_message() -> None:

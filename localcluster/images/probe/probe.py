@@ -4,6 +4,9 @@ serve PORT             answer every TCP connection with this pod's hostname
 ask HOST PORT TIMEOUT  resolve HOST (retrying until TIMEOUT) and print what HOST's server answers
 pair HOST PORT TIMEOUT serve PORT and ask HOST; exit once both the question and the answer went through
 https URL TIMEOUT      GET URL with the pod's service-account token; print the HTTP status
+hold HOST PORT TIMEOUT ask HOST as `ask` does over a connection HOST's `hold-serve` keeps open, then print
+                       when the connection ends (its peer gone)
+hold-serve PORT        answer as `serve` does, and keep each connection open
 """
 
 import json
@@ -25,6 +28,24 @@ def serve(port: int, answered: threading.Event | None = None) -> None:
                 answered.set()
 
 
+def hold_serve(port: int) -> None:
+    held = []
+    with socket.create_server(("", port)) as server:
+        while True:
+            conn, _ = server.accept()
+            conn.sendall(socket.gethostname().encode())
+            held.append(conn)
+
+
+def hold(host: str, port: int, timeout: float) -> None:
+    addr, conn = connect(host, port, timeout)
+    with conn:
+        print(json.dumps({"host": host, "addr": addr, "answer": conn.recv(256).decode()}), flush=True)
+        conn.settimeout(None)
+        left = conn.recv(256)
+        print(json.dumps({"closed": True, "after": left.decode()}), flush=True)
+
+
 def pair(host: str, port: int, timeout: float) -> None:
     answered = threading.Event()
     threading.Thread(target=serve, args=(port, answered), daemon=True).start()
@@ -34,13 +55,18 @@ def pair(host: str, port: int, timeout: float) -> None:
 
 
 def ask(host: str, port: int, timeout: float) -> None:
+    addr, conn = connect(host, port, timeout)
+    with conn:
+        print(json.dumps({"host": host, "addr": addr, "answer": conn.recv(256).decode()}), flush=True)
+
+
+def connect(host: str, port: int, timeout: float) -> tuple[str, socket.socket]:
+    """HOST's address and a connection to it, retried (the name resolves once its pod has an IP)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             addr = socket.gethostbyname(host)
-            with socket.create_connection((addr, port), timeout=5) as conn:
-                print(json.dumps({"host": host, "addr": addr, "answer": conn.recv(256).decode()}), flush=True)
-                return
+            return addr, socket.create_connection((addr, port), timeout=5)
         except OSError as err:
             if time.monotonic() > deadline:
                 sys.exit(f"{host}:{port} not reachable in {timeout}s: {err}")
@@ -65,6 +91,10 @@ if __name__ == "__main__":
         ask(args[0], int(args[1]), float(args[2]))
     elif cmd == "pair":
         pair(args[0], int(args[1]), float(args[2]))
+    elif cmd == "hold":
+        hold(args[0], int(args[1]), float(args[2]))
+    elif cmd == "hold-serve":
+        hold_serve(int(args[0]))
     elif cmd == "https":
         https(args[0], float(args[1]))
     else:

@@ -27,19 +27,23 @@ it a lost member's rank.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
 import math
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Final, TypeVar
 
 import torch.distributed as dist
 
 from dtjob_trainer.environment import TrainerEnvironment
+from dtjob_trainer.exit_codes import TERMINATED_WITHOUT_CHECKPOINT
 from dtjob_trainer.pytorch.distributed import DistributedContext, distributed
 
 log = logging.getLogger(__name__)
@@ -140,6 +144,24 @@ def wait_for_place(
         time.sleep(poll_s)
 
 
+@contextlib.contextmanager
+def sigterm_exits(waiting_for: str) -> Iterator[None]:
+    """While this pod waits outside a round (a spare for a rank, a kept member for its next attempt),
+    SIGTERM ends the process at once, with TERMINATED_WITHOUT_CHECKPOINT: nothing is under way to save.
+    Python as a container's PID 1 would ignore it (the kernel drops a signal whose action is the default
+    for a PID namespace's init) and the pod would linger for its whole grace period (30 s by default)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.warning("SIGTERM while waiting for %s: nothing to save, exiting", waiting_for)
+        raise SystemExit(TERMINATED_WITHOUT_CHECKPOINT)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _read(path: Path, kind: Callable[[str], V]) -> V | None:
     try:
         text = path.read_text().strip()
@@ -162,9 +184,12 @@ def train_in_rounds(
             started = time.monotonic()
             for module in LAZY_IMPORTS:
                 importlib.import_module(module)
-            log.warning("a hot spare: waiting for a rank (warmed up in %.2fs)", time.monotonic() - started)
-            started = time.monotonic()
-            place = wait_for_place(env.attempt_file, 0, math.inf)
+            with sigterm_exits("a rank"):
+                log.warning(
+                    "a hot spare: waiting for a rank (warmed up in %.2fs)", time.monotonic() - started
+                )
+                started = time.monotonic()
+                place = wait_for_place(env.attempt_file, 0, math.inf)
             assert place is not None  # no deadline
             log.warning(
                 "attempt %d: taking rank %s (waited %.2fs as a spare)",
@@ -186,9 +211,10 @@ def train_in_rounds(
         # Out of the except block, the traceback goes, and with it (and a collection, for its cycles) the
         # round's model, process group and, on rank 0, its store: the port is free for the next one.
         gc.collect()
-        log.warning("attempt %d ended: %s; waiting to train on in this process", ended, why)
-        started = time.monotonic()
-        place = wait_for_place(env.attempt_file, ended, env.next_attempt_timeout_s)
+        with sigterm_exits("the next attempt"):
+            log.warning("attempt %d ended: %s; waiting to train on in this process", ended, why)
+            started = time.monotonic()
+            place = wait_for_place(env.attempt_file, ended, env.next_attempt_timeout_s)
         if place is None:
             raise NoNextAttempt(
                 f"attempt {ended} ended ({why}) and no next attempt came within "
