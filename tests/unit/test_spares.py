@@ -22,10 +22,12 @@ from dtjob.plan import Plan, Relabel, reconcile
 from dtjob.progress import Report, received
 from tests.unit.builders import (
     NOW,
+    SHUTTING_DOWN,
     deleting,
     disrupted_while_running,
     exited,
     manifest,
+    node,
     pending,
     pods_of,
     preempted,
@@ -287,3 +289,27 @@ def _refusal(spec: dict[str, Any]) -> str:
     except ValueError as error:
         return str(error)
     raise AssertionError("accepted")
+
+
+def on(node_name: str, pod: dict[str, Any]) -> dict[str, Any]:
+    pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def test_a_spare_on_the_node_being_reclaimed_takes_no_rank_and_goes_with_it() -> None:
+    """A Spot VM's reclaim takes every pod of its node: the member there is a preemption from the
+    notice on, and the spare beside it, going too, gets no rank (the member gets a new pod instead)."""
+    job, pods, spare = running_gang()
+    reclaimed = node("gpu-node-2", ready="False", since="2030-01-01T12:00:01Z", message=SHUTTING_DOWN)
+    nodes = [node(), reclaimed]
+    children = [
+        service_of(WORKERS),
+        running(pods["mnist-worker-0"]),
+        on("gpu-node-2", running(pods["mnist-worker-1"])),
+        on("gpu-node-2", running(spare)),
+    ]
+    job = after(job, reconcile(job, children, NOW + timedelta(seconds=2), nodes=nodes))
+    assert (job["status"]["attempt"], job["status"]["lastRestart"]["inPlace"]) == (2, True)
+    plan = reconcile(job, children, NOW + timedelta(seconds=3), nodes=nodes)
+    assert sorted(deleted(plan)) == ["mnist-worker-1", "mnist-worker-spare0"]
+    assert all(RANK_LABEL not in r.labels for r in plan.relabel), plan.relabel
