@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from hack.current import CurrentCluster, pinned_kubeconfig
 from localcluster import Cluster, Tier
 from localcluster.layout import Layout
+from tests.support.durations import DurationReport
 from tests.waiting import wait_for
 
 CURRENT_CLUSTER = os.environ.get("DTJOB_CLUSTER") == "current"
@@ -33,7 +34,32 @@ import pytest  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
 
+# The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
+# with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
+TIER_FIXTURES = {
+    "tier_c": ("cluster_c",),
+    "tier_b": ("cluster_b", "kueue_cluster"),
+    "tier_a": ("cluster_a", "api_client", "local_cluster"),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the xdist controller (or a plain run) writes the report
+        config.pluginmanager.register(DurationReport(), "dtjob-durations")
+
+
+def mark_tiers(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIER_FIXTURES):
+            continue  # a test that brings the cluster up itself says its tier
+        used = set(getattr(item, "fixturenames", ()))
+        tier = next((tier for tier, names in TIER_FIXTURES.items() if used.intersection(names)), None)
+        if tier:
+            item.add_marker(tier)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
     if not CURRENT_CLUSTER:
         return
     local_only = [item for item in items if item.get_closest_marker("any_cluster") is None]

@@ -23,6 +23,7 @@ def registrations(cluster: Cluster) -> list[dict]:
     return found
 
 
+@pytest.mark.tier_b
 def test_kueue_runs_with_its_webhooks_served_by_url_and_refusing_a_bad_object(local_cluster: Cluster) -> None:
     cluster = _at_tier(local_cluster, Tier.B)
     cluster.up_kueue()

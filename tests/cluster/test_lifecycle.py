@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from localcluster import Cluster, Tier
 from localcluster.hostnet import LOOPBACK_ALIASES, RULE_COMMENT
 from localcluster.layout import POD_BRIDGE
@@ -54,6 +56,7 @@ def leftovers(cluster: Cluster) -> list[str]:
     return found
 
 
+@pytest.mark.tier_c
 def test_cluster_up_and_down_twice_reuse_the_build_cache_and_leave_nothing_behind(
     local_cluster: Cluster,
 ) -> None:
