@@ -33,7 +33,6 @@ os.environ["KUBECONFIG"] = str(
 import pytest  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
-
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
 TIER_FIXTURES = {

@@ -49,14 +49,16 @@ class DurationReport:
         text = self.render(wall)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "test-durations.txt").write_text(text)
+        tests = {
+            nodeid: {
+                "seconds": round(s, 2),
+                "tier": self.tier[nodeid],
+                "outcome": self.outcome.get(nodeid, "passed"),
+            }
+            for nodeid, s in sorted(self.seconds.items())
+        }
         (ARTIFACTS / "test-durations.json").write_text(
-            json.dumps(
-                {"wall_seconds": round(wall, 1),
-                 "tests": {nodeid: {"seconds": round(s, 2), "tier": self.tier[nodeid],
-                                    "outcome": self.outcome.get(nodeid, "passed")}
-                           for nodeid, s in sorted(self.seconds.items())}},  # fmt: skip
-                indent=1,
-            )
+            json.dumps({"wall_seconds": round(wall, 1), "tests": tests}, indent=1)
         )
         terminalreporter.write_line(f"duration report: {ARTIFACTS / 'test-durations.txt'}")
 
@@ -71,7 +73,9 @@ class DurationReport:
         for title, groups in (("folder", by_folder), ("tier", by_tier)):
             lines.append(f"## per {title}: tests, seconds, share of test time")
             for name, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
-                lines.append(f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}")
+                lines.append(
+                    f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}"
+                )
             lines.append("")
         lines.append(f"## the {SLOWEST} slowest: seconds, tier, test")
         slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
