@@ -1,4 +1,4 @@
-"""Operator chaos, the long run: N jobs (an equal share of each planned life in tests/integration/chaos.py)
+"""Operator chaos, the long run: N jobs (an equal share of each planned life in tests/support/chaos.py)
 while the operator process is SIGKILLed K times at random intervals, on tier B. Prints the figures and
 exits non-zero when a job ended off its plan, a pod was created twice, or something was left behind.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from kubernetes import client, config
 
 from bench.gang_on_tier_b import new_namespace, tier_b
-from tests.integration.chaos import LIVES, Chaos, PodLedger, left_behind, live, outcome
-from tests.integration.conftest import Jobs
+from tests.support.chaos import LIVES, Chaos, PodLedger, left_behind, live, outcome
+from tests.support.jobs import Jobs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from dtjob.names import ATTEMPT_LABEL
-from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION
+from tests.support.jobs import GROUP, JOB_LABEL, PLURAL, VERSION
 
 CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"
 POLL_SECONDS = 0.02

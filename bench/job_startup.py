@@ -14,7 +14,7 @@ import argparse
 import time
 
 from bench.gang_on_tier_b import Gang, Namespace, describe, operator_namespace, wait
-from tests.integration.conftest import pytorch_job
+from tests.support.jobs import pytorch_job
 
 MILESTONES = ("all pods created", "all pods Running")
 

@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 def measure(passes: int) -> dict[str, float]:
     """Microseconds a pass (median of 5 rounds), in this interpreter's `dtjob`."""
     from dtjob.plan import reconcile
-    from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest
-    from tests.unit.test_kueue import QUEUED, workload
+    from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
+    from tests.support.kueue import QUEUED, workload
 
     job = manifest(("Worker", 8), checkpoint=SHARED_CHECKPOINTS)
     steady_job, pods = _steady(reconcile, job)
@@ -72,7 +72,7 @@ def _steady(
     reconcile: Callable[..., Any], job: dict[str, Any]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The job after its first passes, with its pods all Running."""
-    from tests.unit.builders import NOW, pods_of, running
+    from tests.support.builders import NOW, pods_of, running
 
     first = reconcile(job, [], NOW)
     steady = {**job, "status": first.status}

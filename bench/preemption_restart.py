@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.gang_on_tier_b import Gang, describe, operator_namespace, wait
 from localcluster import sim
-from tests.integration.conftest import pytorch_job
+from tests.support.jobs import pytorch_job
 
 MILESTONES = ("restart recorded", "old gang gone", "new pods created", "new gang Running")
 

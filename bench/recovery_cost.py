@@ -51,9 +51,10 @@ from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier
 from localcluster.layout import NODE_IP
-from tests.e2e.test_gang_restart import evict, restart_job, result_line
-from tests.integration.conftest import CRD_FILE
-from tests.ports import free_port
+from tests.support.ddp_digits import restart_job, result_line
+from tests.support.jobs import evict
+from tests.support.paths import CRD_FILE
+from tests.support.ports import free_port
 
 SPARE = "InPlace+spare"
 # A restart's pause past this keeps its pods' logs (Run.keep_logs).

@@ -74,7 +74,7 @@ from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 from localcluster import Cluster, fakenodes, sim
 from localcluster.cluster import TIER_COMPONENTS
 from localcluster.procs import Processes
-from tests.integration.conftest import GROUP, JOB_LABEL, PLURAL, VERSION, pytorch_job
+from tests.support.jobs import GROUP, JOB_LABEL, PLURAL, VERSION, pytorch_job
 
 REPO = Path(__file__).resolve().parent.parent
 ACCELERATOR = fakenodes.DEFAULT_ACCELERATOR

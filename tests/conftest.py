@@ -1,4 +1,5 @@
-"""Session fixtures: the real local cluster at the tier a test needs, and a namespace per test.
+"""Session fixtures: the real local cluster at the tier a test needs, and a namespace per test; the
+generated CRD installed and the job helpers (integration and e2e tests).
 
 A test asks for `cluster_a`, `cluster_b` or `cluster_c`. The fixture brings the cluster up to that tier
 (incrementally, reusing the build cache) and, if this session started it, takes it down at the end unless
@@ -14,14 +15,17 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
+
+import yaml
 
 from hack.current import CurrentCluster, pinned_kubeconfig
 from localcluster import Cluster, Tier
 from localcluster.layout import Layout
 from tests.support.durations import DurationReport
-from tests.waiting import wait_for
-
-CURRENT_CLUSTER = os.environ.get("DTJOB_CLUSTER") == "current"
+from tests.support.paths import CRD_FILE
+from tests.support.tiers import CURRENT_CLUSTER, at_tier
+from tests.support.waiting import wait_for
 
 # The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
 os.environ["KUBECONFIG"] = str(
@@ -30,8 +34,11 @@ os.environ["KUBECONFIG"] = str(
     else Layout.from_env().kubeconfig()
 )
 
-import pytest  # noqa: E402
-from kubernetes import client, config  # noqa: E402
+import pytest
+from kubernetes import client, config
+
+from tests.support.jobs import Jobs
+from tests.support.namespaces import create_namespace
 
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
@@ -70,9 +77,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
-TIER_ORDER = [Tier.A, Tier.B, Tier.C]
-
-
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[Cluster]:
     if CURRENT_CLUSTER:
@@ -86,50 +90,30 @@ def local_cluster() -> Iterator[Cluster]:
         cluster.down()
 
 
-def _at_tier(cluster: Cluster, tier: Tier) -> Cluster:
-    if CURRENT_CLUSTER:
-        return cluster  # the user's cluster is up, and not ours to start
-    running = cluster.running_tier()
-    if running is None or TIER_ORDER.index(running) < TIER_ORDER.index(tier):
-        cluster.up(tier)
-    cluster.check_alive()
-    return cluster
-
-
 @pytest.fixture
 def cluster_a(local_cluster: Cluster) -> Cluster:
-    return _at_tier(local_cluster, Tier.A)
+    return at_tier(local_cluster, Tier.A)
 
 
 @pytest.fixture
 def cluster_b(local_cluster: Cluster) -> Cluster:
-    return _at_tier(local_cluster, Tier.B)
+    return at_tier(local_cluster, Tier.B)
 
 
 @pytest.fixture
 def cluster_c(local_cluster: Cluster) -> Cluster:
-    return _at_tier(local_cluster, Tier.C)
+    return at_tier(local_cluster, Tier.C)
 
 
 @pytest.fixture(scope="session")
 def api_client(local_cluster: Cluster) -> client.ApiClient:
     # The kubeconfig exists once the control plane does: whatever tier the test asks for next, at least A.
-    return config.new_client_from_config(config_file=str(_at_tier(local_cluster, Tier.A).kubeconfig))
+    return config.new_client_from_config(config_file=str(at_tier(local_cluster, Tier.A).kubeconfig))
 
 
 @pytest.fixture
 def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
-
-
-def create_namespace(api: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> None:
-    """Create a namespace and wait for its default ServiceAccount: until the controller-manager has made
-    it, every pod is refused ("serviceaccount default not found"), and after a control-plane restart or
-    while it collects other namespaces that can take seconds."""
-    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    wait_for(
-        lambda: api.read_namespaced_service_account("default", name), f"sa/default in {name}", timeout=60
-    )
 
 
 @pytest.fixture
@@ -146,3 +130,25 @@ def namespace(local_cluster: Cluster, request: pytest.FixtureRequest) -> Iterato
     create_namespace(api, name)
     yield name
     api.delete_namespace(name)
+
+
+@pytest.fixture
+def crd(cluster_a: Cluster) -> dict[str, Any]:
+    """Install (or update) the committed, generated CRD and wait until it is served."""
+    local_cluster = cluster_a
+    local_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    name = yaml.safe_load(CRD_FILE.read_text())["metadata"]["name"]
+    local_cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # Established can precede discovery by a moment: wait until kubectl can list the resource.
+    wait_for(lambda: local_cluster.kubectl("get", "dtj", "-A") is not None, "the dtj short name in discovery")
+    return yaml.safe_load(CRD_FILE.read_text())
+
+
+@pytest.fixture
+def objects(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def jobs(objects: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str) -> Jobs:
+    return Jobs(objects, core, namespace)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
@@ -12,27 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.layout import Layout
+from tests.support.chart import CHART, by_kind, helm, render
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "helm" / "dtjob-operator"
 GENERATED_CRD = REPO / "crds" / "training.dtjob.io_distributedtrainingjobs.yaml"
-
-
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    binary = Layout.from_env().binary("helm")
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, check=check)
-
-
-def render(*sets: str) -> list[dict[str, Any]]:
-    args = ["template", "r", str(CHART), "--namespace", "dtjob-system"]
-    for s in sets:
-        args += ["--set", s]
-    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
 
 
 def test_the_chart_lints_cleanly() -> None:

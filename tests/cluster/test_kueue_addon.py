@@ -9,7 +9,7 @@ import re
 import pytest
 
 from localcluster import Cluster, ClusterError, Tier, kueue
-from tests.conftest import _at_tier
+from tests.support.tiers import at_tier
 
 BAD_FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
               "metadata": {"name": "bad-flavor"}, "spec": {"nodeLabels": {"bad key!": "x"}}}  # fmt: skip
@@ -25,7 +25,7 @@ def registrations(cluster: Cluster) -> list[dict]:
 
 @pytest.mark.tier_b
 def test_kueue_runs_with_its_webhooks_served_by_url_and_refusing_a_bad_object(local_cluster: Cluster) -> None:
-    cluster = _at_tier(local_cluster, Tier.B)
+    cluster = at_tier(local_cluster, Tier.B)
     cluster.up_kueue()
     try:
         hooks = [hook for config in registrations(cluster) for hook in config["webhooks"]]

@@ -12,7 +12,7 @@ import pytest
 from localcluster import Cluster, Tier
 from localcluster.hostnet import LOOPBACK_ALIASES, RULE_COMMENT
 from localcluster.layout import POD_BRIDGE
-from tests.integration.conftest import REPO
+from tests.support.paths import REPO
 
 TOOLS = ("etcd", "k8s", "kwok", "coredns", "helm", "kueue")
 

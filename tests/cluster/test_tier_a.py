@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from localcluster import Cluster
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 WIDGET_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",

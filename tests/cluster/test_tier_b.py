@@ -7,7 +7,7 @@ from typing import Any
 from kubernetes import client
 
 from localcluster import Cluster, sim
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

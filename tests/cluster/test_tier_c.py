@@ -17,7 +17,7 @@ from kubernetes import client
 from localcluster import Cluster, images
 from localcluster.layout import HERE
 from localcluster.node import NODE_LABEL, Node
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 PROBE_CONTEXT = HERE / "images" / "probe"
 

@@ -17,9 +17,10 @@ from kubernetes import client
 
 from hack import images
 from localcluster import Cluster
-from tests.e2e.test_progress import STEPS_PER_EPOCH, example, progress_of
-from tests.integration.conftest import Jobs, operator_taking_reports
-from tests.waiting import wait_for
+from tests.support.ddp_progress import STEPS_PER_EPOCH, example, progress_of
+from tests.support.jobs import Jobs
+from tests.support.operator import operator_taking_reports
+from tests.support.waiting import wait_for
 
 DTJOB = [sys.executable, "-m", "dtjob.cli"]
 EPOCHS = 300  # about 30 s of training an attempt on this machine: time to watch it and to disrupt it

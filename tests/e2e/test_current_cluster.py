@@ -22,9 +22,9 @@ import yaml
 from hack import demo, images
 from hack.current import CurrentCluster, localize
 from localcluster import Cluster
-from tests.integration.conftest import Jobs, pytorch_job
-from tests.ports import free_port
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 CONTEXT = "someone-elses-cluster"
 

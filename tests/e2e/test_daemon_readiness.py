@@ -20,8 +20,8 @@ from dtjob.nccl import HEALTH_CHECK_FILE
 from dtjob.preflight import PREFLIGHT_CONTAINER
 from hack import images
 from localcluster import Cluster
-from tests.unit.builders import manifest
-from tests.waiting import wait_for
+from tests.support.builders import manifest
+from tests.support.waiting import wait_for
 
 INITIALISING_SECONDS = 20
 STANDIN = f'sleep {INITIALISING_SECONDS}; echo "Buffer manager initialization completed." > "$HEALTH_CHECK_LOG_FILE"; sleep 3600'

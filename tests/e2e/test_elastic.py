@@ -21,10 +21,11 @@ from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
 from localcluster.layout import REAL_NODE_NAME
-from tests.e2e.test_gang_restart import evict, result_line
-from tests.integration.conftest import REPO, Jobs, running_operator
-from tests.integration.test_fault_tolerance import events_of
-from tests.waiting import wait_for
+from tests.support.ddp_digits import result_line
+from tests.support.jobs import Jobs, events_of, evict
+from tests.support.operator import running_operator
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "elastic-ddp-digits.yaml"
 # Long enough that two ranks are still training when the replacement joins, whatever the machine's speed.

@@ -15,7 +15,9 @@ from hack import images
 from hack.current import CurrentCluster, checkpoints_on, localize
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.support.jobs import Jobs
+from tests.support.operator import running_operator
+from tests.support.paths import REPO
 
 # Parameter servers save the variables they hold into the chief's checkpoint: a directory every pod
 # shares, which a cluster of yours (CLUSTER=current) does not offer this suite (it keeps checkpoints in

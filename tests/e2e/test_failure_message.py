@@ -7,29 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from hack import images
 from localcluster import Cluster
-from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.support.ddp_digits import crashing_job
+from tests.support.jobs import Jobs
+from tests.support.operator import running_operator
 
-EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
-# What the issue saw: a trainer that cannot write its model. The image runs as uid 1000. Everything on
-# stderr, as a crash's log is: the kubelet interleaves stdout and stderr in no guaranteed order.
-CRASH = "import sys; sys.stderr.write('epoch 1: loss 0.52\\n'); open('/etc/passwd', 'a')"
 ERROR_LINE = "PermissionError: [Errno 13] Permission denied: '/etc/passwd'"
-
-
-def crashing_job(name: str, image: str) -> dict[str, Any]:
-    """The DDP example crashing at once, in `image` (the torch trainer's, where the cluster finds it)."""
-    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
-    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["image"], trainer["command"], trainer["args"] = image, ["python", "-c", CRASH], []
-    job["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 1}
-    return job
 
 
 @pytest.mark.any_cluster

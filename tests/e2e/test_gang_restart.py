@@ -21,13 +21,12 @@ from dtjob.names import ATTEMPT_LABEL, RANK_LABEL, RENDEZVOUS_HOST_ANNOTATION, S
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from tests.integration.conftest import REPO, Jobs, operator_taking_reports, running_operator
-from tests.waiting import wait_for
+from tests.support.ddp_digits import STEPS, restart_job, result_line, result_of
+from tests.support.jobs import Jobs, evict
+from tests.support.operator import operator_taking_reports, running_operator
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
-EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
-# Long enough that the disruption lands mid-run whatever the machine's speed: 23 steps an epoch.
-EPOCHS = 60
-STEPS = EPOCHS * 23
 DISRUPT_AFTER_STEP = 100
 
 
@@ -35,22 +34,7 @@ def delete(core: client.CoreV1Api, namespace: str, pod: str) -> None:
     core.delete_namespaced_pod(pod, namespace)
 
 
-def evict(core: client.CoreV1Api, namespace: str, pod: str) -> None:
-    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
-    core.create_namespaced_pod_eviction(pod, namespace, eviction)
-
-
 Disruption = Callable[[client.CoreV1Api, str, str], None]
-
-
-def restart_job(name: str) -> dict[str, Any]:
-    """The DDP example under another name, with its own checkpoint directory and a longer run."""
-    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
-    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["args"] = ["--epochs", str(EPOCHS), "--checkpoint-every", "20", "--async-checkpoints"]
-    return job
 
 
 def disrupted_after_a_checkpoint(
@@ -74,18 +58,6 @@ def disrupted_after_a_checkpoint(
     except AssertionError:
         raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
     return seen
-
-
-def result_line(core: client.CoreV1Api, namespace: str, pod: str) -> dict[str, Any]:
-    """The JSON result the example prints last."""
-    return result_of(core.read_namespaced_pod_log(pod, namespace), pod)
-
-
-def result_of(log: str, pod: str) -> dict[str, Any]:
-    """The JSON result the example prints last, in `pod`'s `log`."""
-    results = [json.loads(line) for line in log.splitlines() if line.startswith('{"event": "result"')]
-    assert results, f"no result line in the log of {pod}:\n{log[-3000:]}"
-    return dict(results[-1])
 
 
 @pytest.mark.parametrize(

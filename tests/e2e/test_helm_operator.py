@@ -4,7 +4,6 @@ training pods go to kwok's fake GPU nodes, where the test plays the kubelet)."""
 
 from __future__ import annotations
 
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -14,25 +13,10 @@ from kubernetes import client
 
 from hack import images
 from localcluster import Cluster, sim
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.waiting import wait_for
-
-CHART = REPO / "helm" / "dtjob-operator"
-RELEASE = "dtjob"
-
-
-def helm_answer(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """helm against the cluster, whatever it answers."""
-    return subprocess.run(
-        [*cluster.helm_command(), *args],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-
-
-def helm(cluster: Cluster, *args: str) -> str:
-    proc = helm_answer(cluster, *args)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+from tests.support.chart import CHART
+from tests.support.helm_release import RELEASE, helm, operator_pod
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -53,21 +37,6 @@ def installed(
         yield operator_pod(core, namespace)
     finally:
         helm(cluster_c, "uninstall", RELEASE, "-n", namespace, "--wait")
-
-
-def operator_pod(core: client.CoreV1Api, namespace: str) -> client.V1Pod:
-    def ready() -> client.V1Pod | None:
-        pods = core.list_namespaced_pod(
-            namespace, label_selector="app.kubernetes.io/name=dtjob-operator"
-        ).items
-        live = [p for p in pods if not p.metadata.deletion_timestamp]
-        if len(live) == 1 and any(
-            c.type == "Ready" and c.status == "True" for c in live[0].status.conditions or []
-        ):
-            return live[0]
-        return None
-
-    return wait_for(ready, "the operator pod to be Ready", timeout=120)
 
 
 def metrics(pod: client.V1Pod) -> str:

@@ -13,7 +13,9 @@ import yaml
 from hack import images
 from hack.current import localize
 from localcluster import Cluster
-from tests.integration.conftest import REPO, Jobs, running_operator
+from tests.support.jobs import Jobs
+from tests.support.operator import running_operator
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "examples" / "ddp-preflight.yaml"
 

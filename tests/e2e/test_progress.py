@@ -14,42 +14,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.api import parse_timestamp
 from hack import images
-from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
-from tests.e2e.test_gang_restart import result_line
-from tests.integration.conftest import REPO, Jobs, operator_taking_reports
-from tests.ports import free_port
-from tests.waiting import wait_for
-
-EXAMPLE = REPO / "examples" / "ddp-progress.yaml"
-STEPS_PER_EPOCH = 23
-
-
-def example(name: str, args: list[str], **run_policy: Any) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
-    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["args"] = args
-    job["spec"]["runPolicy"].update(run_policy)
-    fresh_checkpoint_dir(job)
-    return job
+from tests.support.ddp_digits import result_line
+from tests.support.ddp_progress import STEPS_PER_EPOCH, example, progress_of
+from tests.support.jobs import Jobs
+from tests.support.operator import operator_taking_reports
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 
 def scraped(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         return str(response.read().decode())
-
-
-def progress_of(jobs: Jobs, name: str) -> dict[str, Any] | None:
-    progress: dict[str, Any] | None = (jobs.get(name).get("status") or {}).get("progress")
-    return progress
 
 
 def test_the_status_shows_the_steps_as_they_advance_and_the_last_step_at_the_end(

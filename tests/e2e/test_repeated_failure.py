@@ -11,9 +11,10 @@ from kubernetes import client
 
 from hack import images
 from localcluster import Cluster
-from tests.e2e.test_failure_message import crashing_job
-from tests.e2e.test_progress import example
-from tests.integration.conftest import Jobs, operator_taking_reports, running_operator
+from tests.support.ddp_digits import crashing_job
+from tests.support.ddp_progress import example
+from tests.support.jobs import Jobs
+from tests.support.operator import operator_taking_reports, running_operator
 
 BUG = "ValueError: rank 1 fails after step 30 (--fail-at-step)"
 # A different error every time, as a flaky dependency gives.

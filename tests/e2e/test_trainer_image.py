@@ -10,7 +10,7 @@ from kubernetes import client
 
 from hack import images
 from localcluster import Cluster
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 # libibverbs itself, and the Mellanox (mlx5) provider the GPU NICs of A3 Ultra, A4 and A4X need.
 LOAD_RDMA_LIBRARIES = (

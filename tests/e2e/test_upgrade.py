@@ -20,9 +20,11 @@ from dtjob.crd import REVISION_ANNOTATION, SCHEMA_REVISION
 from dtjob.handlers import LEGACY_FINALIZER
 from hack import images, releases
 from localcluster import Cluster, sim
-from tests.e2e.test_helm_operator import CHART, RELEASE, helm, helm_answer, operator_pod
-from tests.integration.conftest import CRD_FILE, GROUP, JOB_LABEL, PLURAL, VERSION, Jobs, pytorch_job
-from tests.waiting import wait_for
+from tests.support.chart import CHART
+from tests.support.helm_release import RELEASE, helm, helm_answer, operator_pod
+from tests.support.jobs import GROUP, JOB_LABEL, PLURAL, VERSION, Jobs, pytorch_job
+from tests.support.paths import CRD_FILE
+from tests.support.waiting import wait_for
 
 PREVIOUS = "0.1.0"
 SETTLE_SECONDS = 600  # longer than the test: a member that fails stays "settling", brokenSince set

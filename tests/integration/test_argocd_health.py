@@ -9,9 +9,8 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
-from tests.argocd_health import HEALTH_CHECK, HEALTH_KEY, example_script, health
-from tests.integration.conftest import Jobs
-from tests.integration.test_fault_tolerance import gang_job, gang_of_attempt
+from tests.support.argocd_health import HEALTH_CHECK, HEALTH_KEY, example_script, health
+from tests.support.jobs import Jobs, gang_job, gang_of_attempt
 
 
 def test_each_state_of_a_job_gets_the_health_argo_cd_should_show(

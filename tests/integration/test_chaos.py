@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 
 from localcluster import Cluster
-from tests.integration.chaos import LIVES, WAYS, Chaos, PodLedger, left_behind, live, outcome
-from tests.integration.conftest import Jobs
+from tests.support.chaos import LIVES, WAYS, Chaos, PodLedger, left_behind, live, outcome
+from tests.support.jobs import Jobs
 
 
 @pytest.mark.parametrize("replicas", [1, 2], ids=["one operator killed", "the leader of two killed"])

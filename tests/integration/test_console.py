@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from localcluster import Cluster
-from tests.integration.conftest import Jobs, pytorch_job
+from tests.support.jobs import Jobs, pytorch_job
 
 
 def dtjob(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -18,10 +18,12 @@ from kubernetes import client
 from dtjob import crd
 from dtjob.api import CRD_NAME
 from localcluster import Cluster
-from tests.integration.conftest import GROUP, PLURAL, REPO, VERSION, pytorch_job
-from tests.integration.test_readers import blind_kubeconfig, health
-from tests.ports import free_port
-from tests.waiting import wait_for
+from tests.support.http import health
+from tests.support.jobs import GROUP, PLURAL, VERSION, pytorch_job
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.service_accounts import blind_kubeconfig
+from tests.support.waiting import wait_for
 
 BROKEN_SINCE = "2030-01-01T00:00:00Z"
 

@@ -18,15 +18,9 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL
 from localcluster import Cluster, fakenodes, sim
-from tests.integration.conftest import Jobs, Records, pytorch_job, wake
-from tests.integration.test_fault_tolerance import (
-    events_of,
-    gang_job,
-    gang_of_attempt,
-    status_of,
-    still_there,
-)
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, events_of, gang_job, gang_of_attempt, pytorch_job, status_of, still_there
+from tests.support.operator import Records, wake
+from tests.support.waiting import wait_for
 
 # Longer than any test takes to play its ordering: a disruption seen ends the window at once.
 SETTLE: dict[str, Any] = {"failureSettleSeconds": 120}

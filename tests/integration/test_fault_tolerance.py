@@ -13,67 +13,9 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
-from tests.integration.conftest import Jobs, pytorch_job, running_operator
-from tests.waiting import wait_for
-
-
-def gang_job(
-    name: str, workers: int = 2, master: bool = False, nodes: list[str] | None = None, **spec: Any
-) -> dict[str, Any]:
-    """A PyTorch job whose pods go within a second of their deletion (the default grace is 30 s), and whose
-    broken gang is watched 2 s for a disruption (30 s by default) unless `runPolicy` says otherwise. Given
-    `nodes`, its pods run only there, so a test may delete the node of one of them."""
-    run_policy = {"failureSettleSeconds": 2, **spec.pop("runPolicy", {})}
-    job = pytorch_job(name, workers=workers, master=master, runPolicy=run_policy, **spec)
-    for replica in job["spec"]["replicas"]:
-        pod_spec = replica["template"]["spec"]
-        pod_spec["terminationGracePeriodSeconds"] = 1
-        if nodes:
-            hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
-            pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
-    return job
-
-
-def gang_of_attempt(
-    jobs: Jobs, name: str, attempt: int, count: int, timeout: float = 60
-) -> list[client.V1Pod]:
-    """Wait until the job's live pods are exactly `count` Running pods of `attempt`."""
-
-    def whole() -> tuple[list[client.V1Pod]] | None:
-        pods = jobs.pods(name)
-        if len(pods) == count and all(
-            p.metadata.labels[ATTEMPT_LABEL] == str(attempt) and p.status.phase == "Running" for p in pods
-        ):
-            return (pods,)
-        return None
-
-    try:
-        return wait_for(whole, f"{count} Running pods of attempt {attempt} of {name}", timeout=timeout)[0]
-    except AssertionError as timed_out:
-        pods = [(p.metadata.name, p.metadata.labels[ATTEMPT_LABEL], p.status.phase) for p in jobs.pods(name)]
-        raise AssertionError(f"{timed_out}; pods {pods}; status {status_of(jobs, name)}") from None
-
-
-def status_of(jobs: Jobs, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = jobs.get(name).get("status", {})
-    return status
-
-
-def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.CoreV1Event]:
-    items: list[client.CoreV1Event] = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}"
-    ).items
-    return items
-
-
-def still_there(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> bool:
-    try:
-        return bool(core.read_namespaced_pod(pod.metadata.name, namespace).metadata.uid == pod.metadata.uid)
-    except client.ApiException as err:
-        if err.status == 404:
-            return False
-        raise
+from tests.support.jobs import Jobs, events_of, gang_job, gang_of_attempt, status_of, still_there
+from tests.support.operator import running_operator
+from tests.support.waiting import wait_for
 
 
 def test_a_worker_that_exits_1_under_on_failure_restarts_the_whole_gang_once_as_attempt_2(

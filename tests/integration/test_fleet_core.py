@@ -22,17 +22,11 @@ from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
 from dtjob.settings import OperatorSettings
 from localcluster import Cluster, sim
-from tests.conftest import create_namespace
-from tests.integration.conftest import (
-    CRD_FILE,
-    JOB_LABEL,
-    Jobs,
-    Records,
-    pytorch_job,
-    running_operator,
-    wake,
-)
-from tests.waiting import wait_for
+from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
+from tests.support.namespaces import create_namespace
+from tests.support.operator import Records, running_operator, wake
+from tests.support.paths import CRD_FILE
+from tests.support.waiting import wait_for
 
 
 def versions(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from tests.integration.conftest import Jobs, pytorch_job
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.waiting import wait_for
 
 # Where a mutation lands, and what it may put there: wrong types, out-of-range numbers, unknown names.
 ODD_VALUES = st.one_of(

@@ -16,9 +16,9 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.integration.test_fault_tolerance import events_of, status_of
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, events_of, pytorch_job, status_of
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 NETWORK_CRD = REPO / "tests" / "data" / "gke-network-crd.yaml"
 GROUP, VERSION, PLURAL = "networking.gke.io", "v1", "networks"

@@ -9,8 +9,9 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
-from tests.integration.conftest import JOB_LABEL, Jobs, pytorch_job, running_operator
-from tests.waiting import wait_for
+from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
+from tests.support.operator import running_operator
+from tests.support.waiting import wait_for
 
 
 def env_of(pod: client.V1Pod) -> dict[str, str]:

@@ -20,9 +20,10 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, Tier, sim
-from tests.conftest import _at_tier
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.paths import REPO
+from tests.support.tiers import at_tier
+from tests.support.waiting import wait_for
 
 KUEUE = "kueue.x-k8s.io"
 GPUS_A_GANG = 16  # pytorch_job(master=True, workers=1): 2 pods of 8 GPUs
@@ -31,7 +32,7 @@ GPUS_A_GANG = 16  # pytorch_job(master=True, workers=1): 2 pods of 8 GPUs
 @pytest.fixture(scope="module")
 def kueue_cluster(local_cluster: Cluster) -> Iterator[Cluster]:
     """Tier B with Kueue running; Kueue is stopped (its webhooks unregistered) after this module."""
-    cluster = _at_tier(local_cluster, Tier.B)
+    cluster = at_tier(local_cluster, Tier.B)
     cluster.up_kueue()
     yield cluster
     cluster.down_kueue()

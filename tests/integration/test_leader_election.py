@@ -9,12 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,23 +19,10 @@ from kubernetes import client
 
 from dtjob.kube.leader import Leadership
 from localcluster import Cluster, sim
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.integration.relay import relay_kubeconfig, relay_to
-from tests.waiting import wait_for
-
-LEASE = "dtjob-test"
-# A killed leader's Lease expires 10 s after the standby last saw it change; the standby looks every 2 s.
-TAKEOVER_SECONDS = 15.0
-
-
-def holder(api: client.CoordinationV1Api, namespace: str, name: str = LEASE) -> str | None:
-    try:
-        lease = api.read_namespaced_lease(name, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity or None
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.leader_election import LEASE, TAKEOVER_SECONDS, holder, replicas
+from tests.support.relay import relay_kubeconfig, relay_to
+from tests.support.waiting import wait_for
 
 
 def test_one_of_two_candidates_leads_and_a_cancelled_leader_hands_over_at_once(
@@ -126,54 +109,6 @@ async def _first_set(*events: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-class Replica:
-    """One `dtjob run` process, as the chart runs it: its own identity, the shared Lease, a log file."""
-
-    def __init__(self, identity: str, namespace: str, logs: Path, **extra_env: str) -> None:
-        self.identity, self.log_path = identity, logs / f"{identity}.log"
-        env = {
-            **os.environ,
-            "DTJOB_LEADER_ELECTION_LEASE": LEASE,
-            "DTJOB_LEADER_ELECTION_NAMESPACE": namespace,
-            "POD_NAME": identity,
-            "PYTHONUNBUFFERED": "1",
-            **extra_env,
-        }
-        env.pop("DTJOB_METRICS_PORT", None)  # two processes on one port would clash
-        with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "dtjob.cli", "run", "--namespace", namespace],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-@contextlib.contextmanager
-def replicas(namespace: str, logs: Path, *identities: str, **env: str) -> Iterator[dict[str, Replica]]:
-    started: dict[str, Replica] = {}
-    try:
-        for identity in identities:
-            started[identity] = Replica(identity, namespace, logs, **env)
-        yield started
-    finally:
-        for replica in started.values():
-            replica.stop()
 
 
 def pod_uids(jobs: Jobs, name: str) -> dict[str, str]:

@@ -14,8 +14,8 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from tests.integration.conftest import JOB_LABEL, Jobs, pytorch_job
-from tests.waiting import wait_for
+from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.integration.relay import Partition, relay_kubeconfig, relay_to
-from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, gang_of_attempt, pytorch_job, status_of
+from tests.support.paths import REPO
+from tests.support.relay import Partition, relay_kubeconfig, relay_to
+from tests.support.waiting import wait_for
 
 CALM = ["calm-0", "calm-1"]
 # How long each outage lasts; `python -m bench.outages` sets 60.

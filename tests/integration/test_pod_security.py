@@ -18,10 +18,10 @@ from kubernetes import client
 
 from dtjob.desired import render_children
 from localcluster import Cluster
-from tests.chart.test_chart import by_kind, render
-from tests.conftest import create_namespace
-from tests.integration.conftest import REPO
-from tests.unit.builders import manifest
+from tests.support.builders import manifest
+from tests.support.chart import by_kind, render
+from tests.support.namespaces import create_namespace
+from tests.support.paths import REPO
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -5,10 +5,7 @@ posts them (docs/progress.md). The trainers' side, with real training, is tests/
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,39 +13,12 @@ import pytest
 from kubernetes import client
 
 from dtjob.kube.leader import IDENTITY_ENV, LEASE_ENV, NAMESPACE_ENV
-from dtjob.progress import AUDIENCE
 from localcluster import Cluster
-from tests.integration.conftest import Jobs, operator_taking_reports, pytorch_job
-from tests.waiting import wait_for
-
-
-def token(core: client.CoreV1Api, namespace: str, pod: str, audience: str | None = AUDIENCE) -> str:
-    """A projected-style token: the pod's service account's, bound to the pod (as the kubelet asks for)."""
-    uid = core.read_namespaced_pod(pod, namespace).metadata.uid
-    spec = client.V1TokenRequestSpec(
-        audiences=[audience] if audience else [],
-        expiration_seconds=600,
-        bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod, uid=uid),
-    )
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), "the default ServiceAccount")
-    request = core.create_namespaced_service_account_token(
-        "default", namespace, client.AuthenticationV1TokenRequest(spec=spec)
-    )
-    return str(request.status.token)
-
-
-def post(url: str, body: Any, bearer: str | None) -> tuple[int, str]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {
-        "Content-Type": "application/json",
-        **({"Authorization": f"Bearer {bearer}"} if bearer else {}),
-    }
-    request = urllib.request.Request(url, data=data, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+from tests.support.http import post
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.operator import operator_taking_reports
+from tests.support.service_accounts import token
+from tests.support.waiting import wait_for
 
 
 def progress(jobs: Jobs, name: str) -> dict[str, Any] | None:

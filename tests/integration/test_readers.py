@@ -6,57 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
 from localcluster import Cluster
-from tests.integration.conftest import GROUP, REPO
-from tests.ports import free_port
-from tests.waiting import wait_for
-
-ISSUER = "https://kubernetes.default.svc.cluster.local"  # the local cluster's --service-account-issuer
-
-
-def blind_kubeconfig(cluster: Cluster, core: client.CoreV1Api, namespace: str, path: Path) -> Path:
-    """A kubeconfig for a ServiceAccount that may do everything the operator does in `namespace` but
-    read nodes (a Role only: nodes are cluster-scoped)."""
-    rbac = client.RbacAuthorizationV1Api(core.api_client)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": "blind"}})
-    rules: Any = [
-        {"apiGroups": [""], "resources": ["pods", "services", "events"], "verbs": ["*"]},
-        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["*"]},
-        {"apiGroups": [GROUP], "resources": ["*"], "verbs": ["*"]},
-    ]
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "blind"}, "rules": rules})
-    binding: Any = {
-        "metadata": {"name": "blind"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "blind"},
-        "subjects": [{"kind": "ServiceAccount", "name": "blind", "namespace": namespace}],
-    }
-    rbac.create_namespaced_role_binding(namespace, binding)
-    request: Any = {"spec": {"audiences": [ISSUER], "expirationSeconds": 3600}}
-    token = core.create_namespaced_service_account_token("blind", namespace, request).status.token
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    config["users"] = [{"name": "blind", "user": {"token": token}}]
-    for context in config["contexts"]:
-        context["context"]["user"] = "blind"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def health(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError as err:  # not serving yet
-        return 0, str(err)
+from tests.support.http import health
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.service_accounts import blind_kubeconfig
+from tests.support.waiting import wait_for
 
 
 def test_an_operator_that_may_not_list_nodes_reports_itself_unready_and_says_why(

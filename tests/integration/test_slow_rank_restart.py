@@ -12,9 +12,11 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL
 from localcluster import Cluster
-from tests.integration.conftest import Jobs, operator_taking_reports, pytorch_job
-from tests.integration.test_progress_intake import post, token
-from tests.waiting import wait_for
+from tests.support.http import post
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.operator import operator_taking_reports
+from tests.support.service_accounts import token
+from tests.support.waiting import wait_for
 
 AFTER = 60  # the least slowRankRestartSeconds takes
 

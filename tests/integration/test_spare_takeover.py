@@ -17,10 +17,10 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
-from tests.integration.chaos import PodLedger
-from tests.integration.conftest import Jobs, pytorch_job
-from tests.integration.test_leader_election import TAKEOVER_SECONDS, holder, replicas
-from tests.waiting import wait_for
+from tests.support.chaos import PodLedger
+from tests.support.jobs import Jobs, pytorch_job
+from tests.support.leader_election import TAKEOVER_SECONDS, holder, replicas
+from tests.support.waiting import wait_for
 
 WORKERS = 4
 SPARES = 2

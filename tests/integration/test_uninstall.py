@@ -10,9 +10,10 @@ from typing import Any
 from kubernetes import client
 
 from localcluster import Cluster
-from tests.conftest import create_namespace
-from tests.integration.conftest import GROUP, PLURAL, VERSION, Jobs, pytorch_job, running_operator
-from tests.waiting import wait_for
+from tests.support.jobs import GROUP, PLURAL, VERSION, Jobs, pytorch_job
+from tests.support.namespaces import create_namespace
+from tests.support.operator import running_operator
+from tests.support.waiting import wait_for
 
 OLD_FINALIZER = "training.dtjob.io/finalizer"
 

@@ -9,8 +9,8 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from tests.integration.conftest import GROUP, PLURAL, VERSION, Jobs
-from tests.unit.bad_manifests import ALLOWED_UPDATES, BAD_MANIFESTS, BAD_UPDATES, job, replica
+from tests.support.bad_manifests import ALLOWED_UPDATES, BAD_MANIFESTS, BAD_UPDATES, job, replica
+from tests.support.jobs import GROUP, PLURAL, VERSION, Jobs
 
 
 def _message(err: client.ApiException) -> str:

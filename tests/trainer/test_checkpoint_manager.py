@@ -20,7 +20,7 @@ from dtjob_trainer.pytorch.state import TrainingProgress, TrainingState
 from torch import nn
 from torch.multiprocessing import spawn
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.trainer.local_gang import REPO
+from tests.support.paths import REPO
 
 IMAGES = REPO / "trainer-images"
 RUNTIME_PROJECT = tomllib.loads((IMAGES / "runtime" / "pyproject.toml").read_text())["project"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dtjob.progress import Report
-from tests.trainer.test_progress_report import intake
+from tests.support.local_intake import intake
 
 STEPS, BATCH, SAVE_EVERY = 30, 4, 10
 

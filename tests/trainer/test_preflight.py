@@ -12,7 +12,7 @@ from dtjob_trainer.exit_codes import PREFLIGHT_FAILED
 from dtjob_trainer.preflight import Measurement, judge, transport_from_nccl_log
 
 from dtjob.preflight import PREFLIGHT_CONTAINER
-from tests.trainer.local_gang import local_job, rendered_pods, running
+from tests.support.local_gang import local_job, rendered_pods, running
 
 # NCCL INFO lines as GKE's pages and public GKE lab write-ups show them (read 2026-11-23): a healthy
 # A3 High (TCPX plugin v3.1.x, "GPUDirectTCPX_v7"), A3 Mega (TCPXO "FasTrak"), A3 Ultra/A4 ("gIB", from

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.trainer.local_gang import REPO
+from tests.support.paths import REPO
 
 
 def probe(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,8 @@ import urllib.request
 
 from dtjob_trainer.progress import ProgressReporter
 
-from tests.ports import free_port
-from tests.trainer.local_gang import scrape
+from tests.support.local_gang import scrape
+from tests.support.ports import free_port
 
 
 def test_progress_is_served_in_prometheus_text_format() -> None:

@@ -3,60 +3,16 @@ it sends and when (the intake itself, with real tokens, is tests/integration/tes
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from dtjob_trainer.progress_report import ProgressPoster
 
 from dtjob.progress import Phase, Report
-from tests.trainer.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running
-from tests.waiting import wait_for
+from tests.support.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running
+from tests.support.local_intake import intake, last_reports, reporting_to
+from tests.support.waiting import wait_for
 
 INTERVAL_S = 0.3
-
-
-class Intake:
-    """Records every POST (its bearer token and body); answers with the scripted codes, then 204."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, dict[str, Any]]] = []
-        self.answers: list[int] = []
-        self.lock = threading.Lock()
-
-    def bodies(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [body for _, body in self.received]
-
-
-@contextmanager
-def intake() -> Iterator[tuple[Intake, str]]:
-    state = Intake()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with state.lock:
-                state.received.append((self.headers["Authorization"], body))
-                code = state.answers.pop(0) if state.answers else 204
-            self.send_response(code)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_port}/v1/progress"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_reports_go_on_change_at_once_on_a_phase_change_and_once_more_on_close(tmp_path: Path) -> None:
@@ -114,23 +70,6 @@ def test_the_last_report_is_sent_on_close() -> None:
 def test_without_an_intake_no_poster_is_made() -> None:
     assert ProgressPoster.from_environ({}) is None
     assert ProgressPoster.from_environ({"DTJ_PROGRESS_URL": "http://x/v1/progress"}) is None
-
-
-def reporting_to(url: str, pods: list[dict[str, Any]], tmp_path: Path) -> None:
-    """Each pod's trainer reports to `url` (as the operator wires it) with its own name as its token."""
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        token = tmp_path / f"{name}.token"
-        token.write_text(name)  # the intake tells the pods apart by their token
-        env = pod["spec"]["containers"][0].setdefault("env", [])
-        env += [{"name": "DTJ_PROGRESS_URL", "value": url}, {"name": "DTJ_PROGRESS_TOKEN_FILE", "value": str(token)},
-                {"name": "DTJ_PROGRESS_INTERVAL_SECONDS", "value": "0.2"}]  # fmt: skip
-
-
-def last_reports(server: Intake) -> dict[str, dict[str, Any]]:
-    """Each pod's last report, by pod name."""
-    with server.lock:
-        return {auth.removeprefix("Bearer "): body for auth, body in server.received}
 
 
 def test_a_rank_made_slow_reports_a_long_own_step_time_and_its_peer_a_short_one(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from dtjob.api import Role, parse_job
 from dtjob.desired import render_spare
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
-from tests.trainer.local_gang import (
+from tests.support.local_gang import (
     RUN_TIMEOUT_S,
     LocalPod,
     Results,
@@ -32,7 +32,7 @@ from tests.trainer.local_gang import (
     the_one,
     train,
 )
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 MIN_ACCURACY = 0.95  # what the examples state
 

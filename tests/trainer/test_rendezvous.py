@@ -14,9 +14,9 @@ from dtjob_trainer.environment import TorchRendezvous
 from dtjob_trainer.pytorch.distributed import init_distributed
 from dtjob_trainer.reachability import RendezvousTimeout
 
-from tests.ports import free_port
-from tests.trainer.local_gang import REPO
-from tests.waiting import wait_for
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 
 def start_probe(rank: int, port: int, log_path: Path) -> subprocess.Popen[bytes]:

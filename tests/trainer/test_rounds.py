@@ -24,7 +24,7 @@ from dtjob_trainer.pytorch.rounds import (
     wait_for_place,
 )
 
-from tests.trainer.local_gang import REPO
+from tests.support.paths import REPO
 
 # What gloo raised here (torch 2.x) when a peer's process was killed mid all-reduce.
 GLOO_PEER_RESET = (

@@ -10,8 +10,8 @@ from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
 from dtjob.progress import Report
-from tests.trainer.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running, scrape, train
-from tests.trainer.test_progress_report import intake, last_reports, reporting_to
+from tests.support.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running, scrape, train
+from tests.support.local_intake import intake, last_reports, reporting_to
 
 MIN_ACCURACY = 0.93  # what the examples state
 EPOCHS = 10  # in the manifests

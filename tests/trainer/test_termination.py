@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED, TERMINATED_WITHOUT_CHECKPOINT
 
-from tests.trainer.local_gang import REPO
+from tests.support.paths import REPO
 
 BUDGET_S = 1.0
 

@@ -17,8 +17,8 @@ from dtjob.api.semantics import semantic_problems
 from dtjob.cli import main
 from dtjob.crd import CRD_FILE, custom_resource_definition, structural
 from dtjob.docs import DOCS_FILE
-from tests.unit.bad_manifests import ALLOWED_UPDATES, BAD_MANIFESTS, BAD_UPDATES, merge_patch
-from tests.unit.builders import manifest
+from tests.support.bad_manifests import ALLOWED_UPDATES, BAD_MANIFESTS, BAD_UPDATES, merge_patch
+from tests.support.builders import manifest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -3,7 +3,7 @@ writes are judged against the real operator in tests/integration/test_argocd_hea
 
 from __future__ import annotations
 
-from tests.argocd_health import health
+from tests.support.argocd_health import health
 
 JOB = {"apiVersion": "training.dtjob.io/v1alpha1", "kind": "DistributedTrainingJob",
        "metadata": {"name": "ddp", "generation": 2}}  # fmt: skip

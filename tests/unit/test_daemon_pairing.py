@@ -11,7 +11,7 @@ import pytest
 from dtjob.api import NcclProfileName
 from dtjob.nccl import Installer, daemon_mismatch
 from dtjob.plan import Event, reconcile
-from tests.unit.builders import GKE_NETWORKS, NOW, manifest
+from tests.support.builders import GKE_NETWORKS, NOW, manifest
 
 REGISTRY = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo"
 TCPXO = NcclProfileName.GPUDIRECT_TCPXO

@@ -11,8 +11,8 @@ from typing import Any
 from dtjob.nccl import DAEMON_NOT_READY_RESTARTS
 from dtjob.observed import PodState, classify, pod_essentials
 from dtjob.plan import reconcile
-from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
-from tests.unit.test_plan import after
+from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
+from tests.support.plan import after
 
 TCPXO_NETWORKS = frozenset(f"vpc{i}" for i in range(1, 9))
 

@@ -13,7 +13,7 @@ from dtjob.desired import render_children, render_pod
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.nccl import GPUDIRECT_TCPXO
-from tests.unit.builders import UID, container, manifest, template
+from tests.support.builders import UID, container, manifest, template
 
 SVC = "mnist.team-a.svc"
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from dtjob.plan import Plan, reconcile, status_patch
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     SHARED_CHECKPOINTS,
     deleting,
@@ -19,7 +19,7 @@ from tests.unit.builders import (
     preempted,
     running,
 )
-from tests.unit.test_plan import after, deleted
+from tests.support.plan import after, deleted
 
 NAMES = ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2"]
 

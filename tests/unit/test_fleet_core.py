@@ -25,7 +25,7 @@ from dtjob.kube.throttle import TokenBucket
 from dtjob.observed import classify, node_essentials, node_view, pod_essentials
 from dtjob.plan import Plan
 from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     UID,
     deleted_at,

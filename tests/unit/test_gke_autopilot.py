@@ -20,7 +20,7 @@ from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.nccl import Installer, choose, on_autopilot
 from dtjob.plan import reconcile
-from tests.unit.builders import NOW, manifest
+from tests.support.builders import NOW, manifest
 
 AUTOPILOT = yaml.safe_load(
     (Path(__file__).parents[1] / "data" / "gke_recipes" / "autopilot.yaml").read_text()

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dtjob.plan import reconcile
-from tests.unit.builders import GKE_NETWORKS, NOW, UID
+from tests.support.builders import GKE_NETWORKS, NOW, UID
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))
 GCSFUSE = yaml.safe_load((Path(__file__).parents[1] / "data" / "gke_recipes" / "gcsfuse.yaml").read_text())

@@ -11,7 +11,7 @@ import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.nccl import MACHINES, choose
-from tests.unit.builders import manifest
+from tests.support.builders import manifest
 
 FAMILIES: dict[str, Any] = yaml.safe_load(
     (Path(__file__).parents[1] / "data" / "gke_recipes" / "machines.yaml").read_text()

@@ -10,9 +10,9 @@ import pytest
 from dtjob.api import Goodput
 from dtjob.plan import reconcile
 from dtjob.progress import Ledger, Report, received
-from tests.unit.builders import exited, pods_of, running, service_of
-from tests.unit.test_plan import after
-from tests.unit.test_progress import JOB, MASTER, WORKER, at
+from tests.support.builders import exited, pods_of, running, service_of
+from tests.support.plan import after
+from tests.support.progress import JOB, MASTER, WORKER, at
 
 
 def report(ledger: Ledger | None, attempt: int, seconds: float, **body: Any) -> Ledger | None:

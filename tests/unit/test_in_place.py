@@ -9,7 +9,7 @@ from typing import Any
 from dtjob.desired import ATTEMPT_FILE, ATTEMPT_VOLUME
 from dtjob.names import ATTEMPT_LABEL
 from dtjob.plan import Relabel, reconcile
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     SHUTTING_DOWN,
     deleting,
@@ -20,7 +20,7 @@ from tests.unit.builders import (
     preempted,
     running,
 )
-from tests.unit.test_plan import JOB, NAMES, after, applied, deleted
+from tests.support.plan import JOB, NAMES, after, applied, deleted
 
 IN_PLACE = {**JOB, "spec": {**JOB["spec"], "runPolicy": {"restartStrategy": "InPlace"}}}
 

@@ -7,18 +7,10 @@ from typing import Any
 
 from dtjob import kueue
 from dtjob.plan import Plan, reconcile
-from tests.unit.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pods_of, running, service_of
-from tests.unit.test_plan import after, applied, condition
+from tests.support.builders import NOW, exited, pods_of, running, service_of
+from tests.support.kueue import JOB, QUEUED, workload
+from tests.support.plan import after, applied, condition
 
-ACCELERATOR = {"type": "nvidia-h100-80gb", "count": 8}
-JOB = manifest(
-    ("Master", 1),
-    ("Worker", 2),
-    checkpoint=SHARED_CHECKPOINTS,
-    accelerator=ACCELERATOR,
-    nccl={"profile": "TCP"},
-)
-QUEUED = {**JOB, "metadata": {**JOB["metadata"], "labels": {kueue.QUEUE_LABEL: "team-a-gpus"}}}
 FLAVORS = {
     "h100": {
         "metadata": {"name": "h100"},
@@ -28,33 +20,6 @@ FLAVORS = {
         },
     }
 }
-
-
-def workload(*conditions: tuple[str, str], admission: bool = False, **status: Any) -> dict[str, Any]:
-    """The job's Workload as Kueue left it: conditions as (type, status), with the admission to ClusterQueue
-    gpus in flavor h100 when `admission`."""
-    rendered = reconcile(QUEUED, [], NOW).workload
-    assert rendered is not None
-    stored: dict[str, Any] = {
-        **rendered,
-        "metadata": {**rendered["metadata"], "uid": "w-1", "resourceVersion": "7"},
-        "status": {
-            "conditions": [
-                {"type": t, "status": s, "reason": t, "message": f"{t} is {s}", "lastTransitionTime": "x"}
-                for t, s in conditions
-            ],
-            **status,
-        },
-    }
-    if admission:
-        stored["status"]["admission"] = {
-            "clusterQueue": "gpus",
-            "podSetAssignments": [
-                {"name": name, "flavors": {"nvidia.com/gpu": "h100", "cpu": "h100"}, "count": count}
-                for name, count in (("master", 1), ("worker", 2))
-            ],
-        }
-    return stored
 
 
 def queued_pass(job: dict[str, Any], children: list[dict[str, Any]], wl: dict[str, Any] | None) -> Plan:

@@ -12,7 +12,7 @@ from dtjob.desired import GPU_NIC_CLAIM, render_children, trainer_container
 from dtjob.nccl import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
 from dtjob.plan import reconcile
 from dtjob.preflight import PREFLIGHT_CONTAINER
-from tests.unit.builders import GKE_NETWORKS, NOW, manifest
+from tests.support.builders import GKE_NETWORKS, NOW, manifest
 
 B200 = {"type": "nvidia-b200", "count": 8}
 DRANET = frozenset({MANAGED_RDMA_DEVICE_CLASS, "gpu.nvidia.com"})

@@ -7,8 +7,8 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from dtjob.metrics import TRAINING, record_pass
-from tests.unit.builders import NOW, manifest
-from tests.unit.test_progress import reports
+from tests.support.builders import NOW, manifest
+from tests.support.progress import reports
 
 BUSBW = "dtjob_preflight_bus_bandwidth_bytes_per_second"
 

@@ -11,7 +11,7 @@ import pytest
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.nccl import NetworkChoice, choose
 from dtjob.plan import Event, reconcile
-from tests.unit.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
+from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
 
 H100 = {"type": "nvidia-h100-80gb", "count": 8}
 TCPX_NETWORKS = frozenset({"vpc1", "vpc2", "vpc3", "vpc4"})

@@ -19,7 +19,7 @@ from dtjob.observed import (
     nodes_to_judge,
     observe,
 )
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     SHUTTING_DOWN,
     deleted_at,

@@ -8,16 +8,14 @@ from typing import Any
 import pytest
 
 from dtjob.desired import render_children
-from dtjob.plan import Delete, Event, Plan, Relabel, reconcile, refused_pods, status_patch
-from tests.unit.builders import (
+from dtjob.plan import Delete, Event, Relabel, reconcile, refused_pods
+from tests.support.builders import (
     NOW,
-    SHARED_CHECKPOINTS,
     container,
     deleted_at,
     deleting,
     exited,
     manifest,
-    merged,
     node,
     pods_of,
     preempted,
@@ -27,34 +25,11 @@ from tests.unit.builders import (
     service_of,
     template,
 )
-
-JOB = manifest(("Master", 1), ("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
-NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+from tests.support.plan import JOB, NAMES, after, applied, condition, deleted
 
 
 def job_with(**run_policy: Any) -> dict[str, Any]:
     return {**JOB, "spec": {**JOB["spec"], "runPolicy": run_policy}}
-
-
-def after(job: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """The job as stored once the plan's status patch landed: the merge patch the operator sends, applied
-    as the apiserver applies it."""
-    if plan.status is None:
-        return job
-    return {**job, "status": merged(job.get("status") or {}, status_patch(job.get("status"), plan.status))}
-
-
-def applied(plan: Plan) -> list[str]:
-    """What the plan writes: the Service it applies and the pods it creates."""
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in [*plan.apply, *plan.create]]
-
-
-def deleted(plan: Plan) -> list[str]:
-    return [d.name for d in plan.delete]
-
-
-def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in job["status"]["conditions"] if c["type"] == type_), None)
 
 
 def started(job: dict[str, Any] = JOB) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

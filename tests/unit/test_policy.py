@@ -23,7 +23,7 @@ from dtjob.policy import (
     decide,
     fault_of,
 )
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     deleting,
     disrupted_while_running,

@@ -10,7 +10,7 @@ import pytest
 
 from dtjob.plan import Event, reconcile
 from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
-from tests.unit.builders import (
+from tests.support.builders import (
     GKE_NETWORKS,
     NOW,
     SHARED_CHECKPOINTS,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,30 +12,10 @@ from dtjob.desired import render_children, render_pod
 from dtjob.frameworks import Gang
 from dtjob.names import JobRef
 from dtjob.plan import Event, reconcile
-from dtjob.progress import Ledger, Phase, Report, judge, received, slow_ranks, stall_message, summary
-from tests.unit.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
-from tests.unit.test_plan import after
-
-DEADLINE = 60
-JOB = manifest(
-    ("Master", 1),
-    ("Worker", 1),
-    checkpoint=SHARED_CHECKPOINTS,
-    runPolicy={"progressDeadlineSeconds": DEADLINE, "maxHangRestarts": 1},
-)
-MASTER, WORKER = "mnist-master-0", "mnist-worker-0"
-
-
-def at(seconds: float) -> Any:
-    return NOW + timedelta(seconds=seconds)
-
-
-def reports(*entries: tuple[float, str, dict[str, Any]], attempt: int = 1) -> Ledger | None:
-    """A ledger fed (seconds after NOW, pod, report) in order."""
-    ledger: Ledger | None = None
-    for seconds, pod, body in entries:
-        ledger = received(ledger, attempt, pod, Report.model_validate(body), at(seconds))
-    return ledger
+from dtjob.progress import Phase, Report, judge, received, slow_ranks, stall_message, summary
+from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
+from tests.support.plan import after
+from tests.support.progress import DEADLINE, JOB, MASTER, WORKER, at, reports
 
 
 def running_job(job: dict[str, Any] = JOB) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from dtjob.names import ATTEMPT_LABEL
 from dtjob.plan import Plan, reconcile, status_patch
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     SHARED_CHECKPOINTS,
     deleting,

@@ -8,7 +8,7 @@ import pytest
 
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.api.semantics import checkpoint_warnings
-from tests.unit.builders import manifest
+from tests.support.builders import manifest
 
 PVC = {"persistentVolumeClaim": {"claimName": "checkpoints"}}
 

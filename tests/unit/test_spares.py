@@ -20,7 +20,7 @@ from dtjob.names import (
 )
 from dtjob.plan import Plan, Relabel, reconcile
 from dtjob.progress import Report, received
-from tests.unit.builders import (
+from tests.support.builders import (
     NOW,
     SHUTTING_DOWN,
     deleting,
@@ -35,7 +35,7 @@ from tests.unit.builders import (
     service_of,
     template,
 )
-from tests.unit.test_plan import after, deleted
+from tests.support.plan import after, deleted
 
 WORKERS = manifest(
     {"role": "Worker", "count": 2, "spares": 1, "template": template()},

@@ -11,7 +11,7 @@ import pytest
 from dtjob.api import Condition, ConditionType, JobStatus
 from dtjob.plan import read_status, reconcile
 from dtjob.status import Event, transition_events
-from tests.unit.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
+from tests.support.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
 
 JOB = manifest(("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 

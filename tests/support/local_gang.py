@@ -36,10 +36,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dtjob.desired import render_children
 from dtjob.names import SPARE_LABEL
-from tests.ports import free_port
-from tests.waiting import wait_for
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_MANIFESTS = REPO / "examples"
 EXAMPLE_CODE = REPO / "trainer-images" / "examples"
 RUNTIME_CODE = REPO / "trainer-images" / "runtime" / "src"
@@ -203,7 +203,7 @@ class LocalGang:
     def wait_for(
         self, probe: Callable[[], T | None], what: str, timeout: float = RUN_TIMEOUT_S, interval: float = 0.2
     ) -> T:
-        """`tests.waiting.wait_for`, giving up with every pod's log as soon as any pod has exited, or
+        """`tests.support.waiting.wait_for`, giving up with every pod's log as soon as any pod has exited, or
         with them all when time runs out."""
         try:
             return wait_for(probe, what, timeout, interval, hopeless=self._an_exit)

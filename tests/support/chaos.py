@@ -30,10 +30,10 @@ from kubernetes import client, watch
 
 from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL
 from localcluster import Cluster, sim
-from tests.integration.conftest import REPO, Jobs, pytorch_job
-from tests.integration.relay import Partition, relay_kubeconfig, relay_to
-from tests.integration.test_fault_tolerance import gang_of_attempt, status_of
-from tests.waiting import wait_for
+from tests.support.jobs import Jobs, gang_of_attempt, pytorch_job, status_of
+from tests.support.paths import REPO
+from tests.support.relay import Partition, relay_kubeconfig, relay_to
+from tests.support.waiting import wait_for
 
 LEASE = "dtjob-chaos"
 # The lives: (phase at the end, attempt at the end, failures, preemptions, replacements); None: the job

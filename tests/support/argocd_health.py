@@ -3,13 +3,14 @@ runs it: the object as a Lua table in the global `obj`, the script's returned ta
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
 from lupa import LuaRuntime
 
-HEALTH_CHECK = Path(__file__).resolve().parents[1] / "examples" / "argocd" / "health-check.yaml"
+from tests.support.paths import REPO
+
+HEALTH_CHECK = REPO / "examples" / "argocd" / "health-check.yaml"
 # argocd-cm's key for a kind's health check: resource.customizations.health.<group>_<kind>.
 HEALTH_KEY = "resource.customizations.health.training.dtjob.io_DistributedTrainingJob"
 

@@ -1,0 +1,47 @@
+"""A job in a Kueue queue in unit tests and benches: the job (JOB, QUEUED: the same in a LocalQueue) and
+its Workload as Kueue leaves it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob import kueue
+from dtjob.plan import reconcile
+from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
+
+ACCELERATOR = {"type": "nvidia-h100-80gb", "count": 8}
+JOB = manifest(
+    ("Master", 1),
+    ("Worker", 2),
+    checkpoint=SHARED_CHECKPOINTS,
+    accelerator=ACCELERATOR,
+    nccl={"profile": "TCP"},
+)
+QUEUED = {**JOB, "metadata": {**JOB["metadata"], "labels": {kueue.QUEUE_LABEL: "team-a-gpus"}}}
+
+
+def workload(*conditions: tuple[str, str], admission: bool = False, **status: Any) -> dict[str, Any]:
+    """The job's Workload as Kueue left it: conditions as (type, status), with the admission to ClusterQueue
+    gpus in flavor h100 when `admission`."""
+    rendered = reconcile(QUEUED, [], NOW).workload
+    assert rendered is not None
+    stored: dict[str, Any] = {
+        **rendered,
+        "metadata": {**rendered["metadata"], "uid": "w-1", "resourceVersion": "7"},
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": t, "message": f"{t} is {s}", "lastTransitionTime": "x"}
+                for t, s in conditions
+            ],
+            **status,
+        },
+    }
+    if admission:
+        stored["status"]["admission"] = {
+            "clusterQueue": "gpus",
+            "podSetAssignments": [
+                {"name": name, "flavors": {"nvidia.com/gpu": "h100", "cpu": "h100"}, "count": count}
+                for name, count in (("master", 1), ("worker", 2))
+            ],
+        }
+    return stored
