@@ -11,6 +11,7 @@ the part the poster changes. The DDP digits example's whole step is about 3.7 ms
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -24,13 +25,13 @@ from typing import Any
 
 
 @contextmanager
-def taking_intake() -> Iterator[tuple[str, list[int]]]:
-    taken: list[int] = []
+def taking_intake() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local HTTP server taking every progress report, as the operator's intake would."""
+    taken: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            taken.append(1)
+            taken.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()
 
