@@ -14,7 +14,7 @@ REGISTRY ?=
 CHECKPOINT_CLAIM ?=
 CURRENT := $(if $(CONTEXT),--context $(CONTEXT)) $(if $(REGISTRY),--registry $(REGISTRY))
 
-.PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test test-unit test-e2e demo demo-tools demo-images client-tools venv-core
+.PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test check test-unit test-e2e demo demo-tools demo-images client-tools venv-core
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -70,10 +70,17 @@ chart-package: venv build ## The chart as a release archive: .artifacts/dtjob-op
 test-unit: venv
 	$(PY) -m pytest tests/unit -q
 
-test: deps venv build lint ## The whole test suite: lint, unit, trainer, cluster, integration and e2e tests
-	@# From a clean cluster: the session brings it up (and down) itself, with nothing left by a demo.
+# pytest-xdist workers beside the cluster-wide tests: the cluster tests mostly wait, so more workers than
+# cores (docs/testing.md).
+TEST_WORKERS ?= 3
+
+test: deps venv build lint test-images ## The whole test suite: lint, unit, trainer, cluster, integration and e2e tests
+	@# From a clean cluster: the run brings it up (and down) itself, with nothing left by a demo.
 	$(PY) -m localcluster down
-	$(PY) -m pytest -q -ra --durations=20
+	$(PY) -m hack.test_suite --workers $(TEST_WORKERS)
+
+check: lint ## The inner loop, about a minute: lint, the unit tests (the pure core's properties among them), the chart
+	$(PY) -m pytest tests/unit tests/chart -q -n 2
 
 demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded (CLUSTER=current: yours)
 	@# A first run builds the Go components the demo needs (not Kueue, nor kwok) while the operator's package

@@ -10,9 +10,12 @@ file in the image cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +86,24 @@ def _prebuilt(layout: Layout, image: Image, digest: str) -> Path:
     return layout.images / f"{image.name}-{image.version}-{digest}.docker.tar"
 
 
+@contextlib.contextmanager
+def _one_at_a_time(layout: Layout, image: Image) -> Iterator[None]:
+    """One process at a time builds, imports or exports an image (test workers side by side ask for the
+    same image at once: each would otherwise remove the other's import)."""
+    layout.images.mkdir(parents=True, exist_ok=True)
+    with open(layout.images / f"{image.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure(cluster: Cluster, image: Image) -> str:
     """Build and import `image` unless the node already holds this exact content (a `prebuild` of it is
     imported); returns its ref."""
+    with _one_at_a_time(cluster.layout, image):
+        return _ensure(cluster, image)
+
+
+def _ensure(cluster: Cluster, image: Image) -> str:
     stamp, digest = _stamp(cluster.layout, image), image.digest()
     held = cluster.node.has_image(image.ref)
     if held and stamp.exists() and stamp.read_text() == digest:
@@ -108,6 +126,11 @@ def ensure(cluster: Cluster, image: Image) -> str:
 def archive(layout: Layout, image: Image) -> Path:
     """`image` as a docker-archive of its current content: the cache's, else the local cluster's node's
     copy of it, else built."""
+    with _one_at_a_time(layout, image):
+        return _archive(layout, image)
+
+
+def _archive(layout: Layout, image: Image) -> Path:
     digest = image.digest()
     target = _prebuilt(layout, image, digest)
     if target.exists():

@@ -31,8 +31,15 @@ def _healthy() -> bool:
     return urllib.request.urlopen("http://127.0.0.1:10247/healthz", timeout=2).status == 200
 
 
-def gpu_node(index: int, accelerator: str = DEFAULT_ACCELERATOR, gpus: int = 8, spot: bool = False) -> dict:
-    """A Node object as GKE labels and taints an 8-GPU node; kwok keeps the given capacity."""
+def gpu_node(
+    index: int,
+    accelerator: str = DEFAULT_ACCELERATOR,
+    gpus: int = 8,
+    spot: bool = False,
+    extra_taints: tuple[dict, ...] = (),
+) -> dict:
+    """A Node object as GKE labels and taints an 8-GPU node; kwok keeps the given capacity. `extra_taints`
+    keep other pods off it (a test's own node, which it may take away)."""
     pool = f"{accelerator}-{'spot' if spot else 'ondemand'}"
     name = f"gke-{pool}-{index:04d}"
     labels = {
@@ -50,7 +57,7 @@ def gpu_node(index: int, accelerator: str = DEFAULT_ACCELERATOR, gpus: int = 8, 
         "cloud.google.com/gce-topology-host": f"host-{index}",
         "nvidia.com/gpu.present": "true",
     }
-    taints = [GPU_TAINT]
+    taints = [GPU_TAINT, *extra_taints]
     if spot:
         labels["cloud.google.com/gke-spot"] = "true"
         labels["cloud.google.com/gke-provisioning"] = "spot"

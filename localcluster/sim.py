@@ -64,9 +64,13 @@ def stick_terminating(core: Any, namespace: str, name: str) -> None:
 
 
 def add_gpu_node(
-    cluster: Any, index: int, spot: bool = False, accelerator: str = fakenodes.DEFAULT_ACCELERATOR
+    cluster: Any,
+    index: int,
+    spot: bool = False,
+    accelerator: str = fakenodes.DEFAULT_ACCELERATOR,
+    extra_taints: tuple[dict, ...] = (),
 ) -> str:
-    node = fakenodes.gpu_node(index, accelerator=accelerator, spot=spot)
+    node = fakenodes.gpu_node(index, accelerator=accelerator, spot=spot, extra_taints=extra_taints)
     fakenodes.apply_nodes(cluster.layout, [node])
     name: str = node["metadata"]["name"]
     cluster.wait_nodes_ready(1, label=f"kubernetes.io/hostname={name}", timeout=60)

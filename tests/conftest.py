@@ -3,7 +3,9 @@ generated CRD installed and the job helpers (integration and e2e tests).
 
 A test asks for `cluster_a`, `cluster_b` or `cluster_c`. The fixture brings the cluster up to that tier
 (incrementally, reusing the build cache) and, if this session started it, takes it down at the end unless
-DTJOB_KEEP_CLUSTER=1. A component that died fails the test loudly with its log tail.
+DTJOB_KEEP_CLUSTER=1. A component that died fails the test loudly with its log tail. Under pytest-xdist
+(`make test`) the workers share the cluster; a test marked `cluster_wide` has it to itself
+(docs/testing.md).
 
 With DTJOB_CLUSTER=current (`make test-e2e CLUSTER=current`) the tests marked `any_cluster` run on the
 kubeconfig's context (DTJOB_CONTEXT, else its current one) instead, with the images pushed to
@@ -39,6 +41,7 @@ from kubernetes import client, config
 
 from tests.support.jobs import Jobs
 from tests.support.namespaces import create_namespace
+from tests.support.sharing import owning_cluster, sharing_cluster
 
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
@@ -49,9 +52,29 @@ TIER_FIXTURES = {
 }
 
 
+# Tests that change what every other test sees (docs/testing.md#sharing-the-cluster): they run one at a
+# time (`make test` runs them in a pytest process of their own), while no other test holds the cluster.
+CLUSTER_WIDE = "cluster_wide"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the xdist controller (or a plain run) writes the report
-        config.pluginmanager.register(DurationReport(), "dtjob-durations")
+    if hasattr(config, "workerinput"):
+        return
+    # The xdist controller (or a plain run): it writes the report, and takes down at the end a cluster
+    # that was not running at the start (the workers never do: the others may still be using it).
+    config.pluginmanager.register(DurationReport(), "dtjob-durations")
+    config.stash[CLUSTER_WAS_RUNNING] = CURRENT_CLUSTER or Cluster().running_tier() is not None
+
+
+CLUSTER_WAS_RUNNING = pytest.StashKey[bool]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workerinput") or config.stash.get(CLUSTER_WAS_RUNNING, True):
+        return
+    if os.environ.get("DTJOB_KEEP_CLUSTER") != "1":
+        Cluster().down()
 
 
 def mark_tiers(items: list[pytest.Item]) -> None:
@@ -64,8 +87,25 @@ def mark_tiers(items: list[pytest.Item]) -> None:
             item.add_marker(tier)
 
 
+CLUSTER_FOLDERS = ("e2e", "integration", "cluster")  # the slowest tests first, so that none starts last
+
+
+def scheduling_order(item: pytest.Item) -> int:
+    """The order tests run in (xdist hands them out so, `--no-loadscope-reorder`): the cluster-wide ones
+    first; the tests that need no cluster next, the trainer's long ones first (beside the cluster-wide
+    tests, which `make test` runs in a process of their own, the others would only wait); then the
+    cluster tests, the slowest folders first, so that no long test starts last."""
+    if item.get_closest_marker(CLUSTER_WIDE):
+        return 0
+    if not any(item.get_closest_marker(tier) for tier in TIER_FIXTURES):
+        return 1 if item.nodeid.startswith("tests/trainer/") else 2
+    folder = item.nodeid.split("/")[1]
+    return 3 + (CLUSTER_FOLDERS.index(folder) if folder in CLUSTER_FOLDERS else len(CLUSTER_FOLDERS))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
+    items.sort(key=scheduling_order)  # stable: each folder keeps its order
     if not CURRENT_CLUSTER:
         return
     local_only = [item for item in items if item.get_closest_marker("any_cluster") is None]
@@ -77,17 +117,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
+@pytest.fixture(autouse=True)
+def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A share of the cluster for every test that uses it, the whole cluster for a `cluster_wide` one
+    (tests/support/sharing.py); set up before the test's other fixtures, so a tier fixture brings the
+    cluster up only under it. Chart tests run the cluster's helm binary, which the lifecycle test would
+    count as left behind."""
+    item = request.node
+    if item.get_closest_marker(CLUSTER_WIDE):
+        with owning_cluster():
+            yield
+    elif any(item.get_closest_marker(tier) for tier in TIER_FIXTURES) or item.nodeid.startswith(
+        "tests/chart/"
+    ):
+        with sharing_cluster():
+            yield
+    else:
+        yield
+
+
 @pytest.fixture(scope="session")
-def local_cluster() -> Iterator[Cluster]:
+def local_cluster() -> Cluster:
     if CURRENT_CLUSTER:
         # Duck-typed as the local cluster where `any_cluster` tests use it (kubeconfig, kubectl, images).
-        yield CurrentCluster.from_kubeconfig(registry=os.environ.get("DTJOB_REGISTRY") or None)
-        return
-    cluster = Cluster()
-    was_running = cluster.running_tier() is not None
-    yield cluster
-    if not was_running and os.environ.get("DTJOB_KEEP_CLUSTER") != "1":
-        cluster.down()
+        return CurrentCluster.from_kubeconfig(registry=os.environ.get("DTJOB_REGISTRY") or None)
+    return Cluster()
 
 
 @pytest.fixture
@@ -105,9 +159,10 @@ def cluster_c(local_cluster: Cluster) -> Cluster:
     return at_tier(local_cluster, Tier.C)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def api_client(local_cluster: Cluster) -> client.ApiClient:
     # The kubeconfig exists once the control plane does: whatever tier the test asks for next, at least A.
+    # A client per test: a cluster brought down and up again (the lifecycle test) has new credentials.
     return config.new_client_from_config(config_file=str(at_tier(local_cluster, Tier.A).kubeconfig))
 
 

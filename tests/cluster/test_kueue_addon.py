@@ -11,6 +11,9 @@ import pytest
 from localcluster import Cluster, ClusterError, Tier, kueue
 from tests.support.tiers import at_tier
 
+# Starts and stops Kueue: one test at a time with the Kueue module, never beside it.
+pytestmark = pytest.mark.kueue
+
 BAD_FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
               "metadata": {"name": "bad-flavor"}, "spec": {"nodeLabels": {"bad key!": "x"}}}  # fmt: skip
 

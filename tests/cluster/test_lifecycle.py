@@ -1,4 +1,4 @@
-"""`make cluster-up` and `make cluster-down`, twice in a row, as a user runs them: every up reuses the build
+"""`make cluster-down` and `make cluster-up`, twice in a row, as a user runs them: every up reuses the build
 cache and brings all of tier C up; every down leaves no process, mount, interface, address or iptables
 rule of the cluster behind."""
 
@@ -56,10 +56,13 @@ def leftovers(cluster: Cluster) -> list[str]:
     return found
 
 
+# Takes the whole cluster down and up (and counts every process of it).
+@pytest.mark.cluster_wide
 @pytest.mark.tier_c
 def test_cluster_up_and_down_twice_reuse_the_build_cache_and_leave_nothing_behind(
     local_cluster: Cluster,
 ) -> None:
+    # Left up at the end: the suite goes on on it (a third down would prove nothing the second did not).
     for round_ in (1, 2):
         make("cluster-down")
         assert leftovers(local_cluster) == [], f"round {round_}: left behind by cluster-down"
@@ -69,5 +72,3 @@ def test_cluster_up_and_down_twice_reuse_the_build_cache_and_leave_nothing_behin
         assert local_cluster.running_tier() == Tier.C
         nodes = local_cluster.kubectl("get", "nodes", "-o", "name")
         assert nodes is not None and nodes.count("node/") > 200, nodes
-    make("cluster-down")
-    assert leftovers(local_cluster) == [], "left behind by the last cluster-down"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from localcluster import Cluster, sim
+from tests.support.jobs import OWN_NODE_TAINT, OWN_NODE_TOLERATION
 from tests.support.waiting import wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -32,6 +34,8 @@ def gpu_pod(name: str, tolerate: bool = True, annotations: dict[str, str] | None
     }
 
 
+# Every kwok node Ready: other tests' own nodes may be silenced at the time.
+@pytest.mark.cluster_wide
 def test_two_hundred_fake_gpu_nodes_are_ready_with_gke_labels_taints_and_gpu_capacity(
     cluster_b: Cluster, core: client.CoreV1Api
 ) -> None:
@@ -109,9 +113,10 @@ def test_a_pod_disrupted_like_a_spot_preemption_carries_the_disruption_target_co
 def test_deleting_a_fake_node_makes_pod_gc_fail_its_pods(
     cluster_b: Cluster, core: client.CoreV1Api, namespace: str
 ) -> None:
-    node = sim.add_gpu_node(cluster_b, index=900)
+    node = sim.add_gpu_node(cluster_b, index=900, extra_taints=(OWN_NODE_TAINT,))
     pod = gpu_pod("stranded")
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    pod["spec"]["tolerations"].append(OWN_NODE_TOLERATION)
     core.create_namespaced_pod(namespace, pod)
     wait_for(lambda: _phase(core, namespace, "stranded") == "Running", "the pod to run on the doomed node")
     core.delete_node(node)

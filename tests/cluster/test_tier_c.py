@@ -17,6 +17,7 @@ from kubernetes import client
 from localcluster import Cluster, images
 from localcluster.layout import HERE
 from localcluster.node import NODE_LABEL, Node
+from tests.support.sharing import bringing_up
 from tests.support.waiting import wait_for
 
 PROBE_CONTEXT = HERE / "images" / "probe"
@@ -31,8 +32,9 @@ def probe_image(cluster_c: Cluster) -> str:
         :12
     ]
     image = f"localhost/dtjob-probe:{digest}"
-    if not local_cluster.node.has_image(image):
-        local_cluster.build_image(PROBE_CONTEXT, image)
+    with bringing_up():  # one xdist worker builds it, the others find it
+        if not local_cluster.node.has_image(image):
+            local_cluster.build_image(PROBE_CONTEXT, image)
     return image
 
 
@@ -164,6 +166,8 @@ def second_node(cluster_c: Cluster, core: client.CoreV1Api) -> Iterator[Node]:
         )
 
 
+# A second real node takes any test's pods, and is then lost.
+@pytest.mark.cluster_wide
 def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently_when_it_is_lost(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
 ) -> None:
@@ -202,6 +206,8 @@ def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently
     assert any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
+# A second real node takes any test's pods, and is then shut down.
+@pytest.mark.cluster_wide
 def test_a_second_real_nodes_kubelet_shuts_down_gracefully_when_its_logind_says_so(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
 ) -> None:

@@ -26,6 +26,9 @@ from tests.support.jobs import Jobs, pytorch_job
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
+# Reads every node (a silenced own node of another test looks like a real GPU node).
+pytestmark = pytest.mark.cluster_wide
+
 CONTEXT = "someone-elses-cluster"
 
 

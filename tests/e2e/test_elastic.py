@@ -1,9 +1,13 @@
 """Elastic PyTorch on the real node (tier C): the elastic example (torchrun's c10d rendezvous, 3 Workers,
 at least 2) loses Worker 2 to an eviction mid-run. The gang is not restarted: Workers 0 and 1 keep their
-pods and train on as two ranks while Worker 2's new pod waits for a place (the node is cordoned meanwhile,
-as when a Spot node is gone and none has come back yet); once it runs, it joins them, three ranks again,
-and the job succeeds. The status counts one replacement and no restart. With the node cordoned to the end,
-the two finish the run on their own."""
+pods and train on as two ranks while Worker 2's new pod waits for a place (the node is closed to the job
+meanwhile, as when a Spot node is gone and none has come back yet); once it runs, it joins them, three
+ranks again, and the job succeeds. The status counts one replacement and no restart. With the node closed
+to the end, the two finish the run on their own.
+
+The node is closed to this job alone: its pods select a label of the test's own on the node, which the test
+takes away (a pod running stays; a new one finds no place). A cordon would close it to every test running
+beside this one."""
 
 from __future__ import annotations
 
@@ -32,22 +36,42 @@ EXAMPLE = REPO / "examples" / "elastic-ddp-digits.yaml"
 EPOCHS = 300
 
 
-def elastic_job(name: str, epochs: int = EPOCHS) -> dict[str, Any]:
+def room_label(namespace: str) -> str:
+    """The real node's label that the test's job selects: the node has room for the job while it is there."""
+    return f"room.test.dtjob.io/{namespace}"
+
+
+def elastic_job(name: str, namespace: str, epochs: int = EPOCHS) -> dict[str, Any]:
     job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = name
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
-    trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["args"] = ["--epochs", str(epochs), "--checkpoint-every", "20"]
+    pod_spec = job["spec"]["replicas"][0]["template"]["spec"]
+    pod_spec["nodeSelector"] = {room_label(namespace): "true"}
+    pod_spec["containers"][0]["args"] = ["--epochs", str(epochs), "--checkpoint-every", "20"]
     return job
 
 
+def _label(core: client.CoreV1Api, node: str, namespace: str, value: str | None) -> None:
+    core.patch_node(node, {"metadata": {"labels": {room_label(namespace): value}}})
+
+
 @contextmanager
-def cordoned(core: client.CoreV1Api, node: str) -> Iterator[None]:
-    core.patch_node(node, {"spec": {"unschedulable": True}})
+def room_on(core: client.CoreV1Api, node: str, namespace: str) -> Iterator[None]:
+    _label(core, node, namespace, "true")
     try:
         yield
     finally:
-        core.patch_node(node, {"spec": {"unschedulable": None}})
+        _label(core, node, namespace, None)
+
+
+@contextmanager
+def closed(core: client.CoreV1Api, node: str, namespace: str) -> Iterator[None]:
+    """No room on the node for the job's new pods; its running pods stay."""
+    _label(core, node, namespace, None)
+    try:
+        yield
+    finally:
+        _label(core, node, namespace, "true")
 
 
 def ranks_in(core: client.CoreV1Api, namespace: str, pod: str, size: int, after: str = "") -> str | None:
@@ -63,14 +87,14 @@ def test_an_evicted_worker_of_an_elastic_gang_is_replaced_while_the_others_train
 ) -> None:
     images.ensure(cluster_c, images.TORCH_TRAINER)
     name = "elastic"
-    job = elastic_job(name)
+    job = elastic_job(name, namespace)
     checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
     worker = {index: f"{name}-worker-{index}" for index in range(3)}
-    with running_operator(cluster_c, namespace):
+    with running_operator(cluster_c, namespace), room_on(core, REAL_NODE_NAME, namespace):
         jobs.create(job)
         wait_for(checkpoints.latest_step, "a first checkpoint", timeout=300)
         uids = {p.metadata.name: p.metadata.uid for p in jobs.pods(name)}
-        with cordoned(core, REAL_NODE_NAME):
+        with closed(core, REAL_NODE_NAME, namespace):
             before = core.read_namespaced_pod_log(worker[0], namespace).splitlines()[-1]
             evict(core, namespace, worker[2])
             wait_for(
@@ -114,13 +138,13 @@ def test_an_elastic_gang_whose_lost_worker_finds_no_place_finishes_on_fewer(
 ) -> None:
     images.ensure(cluster_c, images.TORCH_TRAINER)
     name = "elastic-fewer"
-    job = elastic_job(name, epochs=60)
+    job = elastic_job(name, namespace, epochs=60)
     checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
     worker = {index: f"{name}-worker-{index}" for index in range(3)}
-    with running_operator(cluster_c, namespace):
+    with running_operator(cluster_c, namespace), room_on(core, REAL_NODE_NAME, namespace):
         jobs.create(job)
         wait_for(checkpoints.latest_step, "a first checkpoint", timeout=300)
-        with cordoned(core, REAL_NODE_NAME):
+        with closed(core, REAL_NODE_NAME, namespace):
             evict(core, namespace, worker[2])
             jobs.wait_condition(name, "Succeeded", timeout=600)
     status = jobs.get(name)["status"]

@@ -26,6 +26,9 @@ from tests.support.jobs import GROUP, JOB_LABEL, PLURAL, VERSION, Jobs, pytorch_
 from tests.support.paths import CRD_FILE
 from tests.support.waiting import wait_for
 
+# Replaces the CRD with the previous release's.
+pytestmark = pytest.mark.cluster_wide
+
 PREVIOUS = "0.1.0"
 SETTLE_SECONDS = 600  # longer than the test: a member that fails stays "settling", brokenSince set
 

@@ -17,6 +17,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
+from tests.support.jobs import OWN_NODE_TAINT
 from tests.support.operator import Records, running_operator
 
 
@@ -28,8 +29,10 @@ def operator(cluster_b: Cluster, crd: dict[str, Any], namespace: str) -> Iterato
 
 @pytest.fixture
 def own_nodes(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[list[str]]:
-    """Three fresh fake GPU nodes for this test alone, which may delete them; removed afterwards."""
-    names = [sim.add_gpu_node(cluster_b, index) for index in random.sample(range(5000, 10000), 3)]
+    """Three fresh fake GPU nodes for this test alone (tainted: only pods pinned there with `pin_to_nodes`
+    go there), which it may delete; removed afterwards."""
+    indices = random.sample(range(5000, 10000), 3)
+    names = [sim.add_gpu_node(cluster_b, index, extra_taints=(OWN_NODE_TAINT,)) for index in indices]
     yield names
     for name in names:
         try:

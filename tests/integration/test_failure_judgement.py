@@ -18,7 +18,17 @@ from kubernetes import client
 
 from dtjob.names import ATTEMPT_LABEL
 from localcluster import Cluster, fakenodes, sim
-from tests.support.jobs import Jobs, events_of, gang_job, gang_of_attempt, pytorch_job, status_of, still_there
+from tests.support.jobs import (
+    OWN_NODE_TAINT,
+    Jobs,
+    events_of,
+    gang_job,
+    gang_of_attempt,
+    pin_to_nodes,
+    pytorch_job,
+    status_of,
+    still_there,
+)
 from tests.support.operator import Records, wake
 from tests.support.waiting import wait_for
 
@@ -35,9 +45,7 @@ def split_gang(
     job = gang_job(name, workers=2, master=True, runPolicy={**SETTLE, **run_policy})
     master_hosts = nodes[:1] + ([replacement] if replacement else [])
     for replica, hosts_of_role in zip(job["spec"]["replicas"], (master_hosts, nodes[1:]), strict=True):
-        hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": hosts_of_role}
-        replica["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
+        pin_to_nodes(replica["template"]["spec"], hosts_of_role)
     return job
 
 
@@ -187,7 +195,7 @@ def test_a_whole_node_shutdown_is_one_preemption_and_the_late_end_of_its_pod_cha
     wait_for(lambda: not still_there(core, namespace, master), "attempt 1's Master gone", timeout=25)
 
     # A replacement VM joins, the next Master goes there, and the gang of attempt 2 runs.
-    sim.add_gpu_node(cluster_b, replacement)
+    sim.add_gpu_node(cluster_b, replacement, extra_taints=(OWN_NODE_TAINT,))
     gang_of_attempt(jobs, "down", 2, 3)
     status = status_of(jobs, "down")
     assert (status["attempt"], status["restarts"]) == (2, charged)  # the late end charged nothing

@@ -95,6 +95,8 @@ def test_an_upgraded_render_never_touches_running_pods_and_reaches_the_next_atte
     assert "reconcile of" not in runner.output  # no pass failed (a re-applied live pod would: 422)
 
 
+# A CRD with more enum values than this version's: another test's CRD apply would take them away.
+@pytest.mark.cluster_wide
 def test_a_status_from_a_newer_version_keeps_the_attempt_and_deletes_no_pod(
     cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:

@@ -20,6 +20,9 @@ from tests.support.jobs import Jobs, events_of, pytorch_job, status_of
 from tests.support.paths import REPO
 from tests.support.waiting import wait_for
 
+# Cluster-scoped Networks, DeviceClasses and kube-system DaemonSets steer every operator's NCCL choice.
+pytestmark = pytest.mark.cluster_wide
+
 NETWORK_CRD = REPO / "tests" / "data" / "gke-network-crd.yaml"
 GROUP, VERSION, PLURAL = "networking.gke.io", "v1", "networks"
 

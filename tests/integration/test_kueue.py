@@ -22,20 +22,33 @@ from kubernetes import client
 from localcluster import Cluster, Tier, sim
 from tests.support.jobs import Jobs, pytorch_job
 from tests.support.paths import REPO
+from tests.support.sharing import sharing_cluster
 from tests.support.tiers import at_tier
 from tests.support.waiting import wait_for
+
+# Kueue runs from the module's first test to its end: one test at a time (`make test`'s cluster-wide part).
+pytestmark = pytest.mark.kueue
 
 KUEUE = "kueue.x-k8s.io"
 GPUS_A_GANG = 16  # pytorch_job(master=True, workers=1): 2 pods of 8 GPUs
 
 
-@pytest.fixture(scope="module")
-def kueue_cluster(local_cluster: Cluster) -> Iterator[Cluster]:
-    """Tier B with Kueue running; Kueue is stopped (its webhooks unregistered) after this module."""
+@pytest.fixture
+def kueue_cluster(local_cluster: Cluster) -> Cluster:
+    """Tier B with Kueue running: started by the module's first test, and again after a cluster-wide test
+    took the cluster down (these tests run one at a time, so none stops it under another)."""
     cluster = at_tier(local_cluster, Tier.B)
-    cluster.up_kueue()
-    yield cluster
-    cluster.down_kueue()
+    if not cluster.procs.running("kueue"):
+        cluster.up_kueue()
+    return cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kueue_stopped_after_the_module(local_cluster: Cluster) -> Iterator[None]:
+    """Kueue stopped (its webhooks unregistered) after this module."""
+    yield
+    with sharing_cluster():
+        local_cluster.down_kueue()
 
 
 def kueue_objects(objects: client.CustomObjectsApi) -> Any:

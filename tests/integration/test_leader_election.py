@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from dtjob.kube.leader import Leadership
@@ -115,6 +116,8 @@ def pod_uids(jobs: Jobs, name: str) -> dict[str, str]:
     return {p.metadata.name: p.metadata.uid for p in jobs.pods(name)}
 
 
+# A takeover within seconds of a 10 s Lease: a margin of ~3 s that a loaded machine eats.
+@pytest.mark.cluster_wide
 def test_only_the_lease_holder_acts_and_its_standby_takes_over_within_seconds_of_its_death(
     cluster_b: Cluster,
     crd: dict[str, Any],

@@ -61,6 +61,8 @@ def check_recovered(jobs: Jobs, core: client.CoreV1Api, namespace: str, uids: di
     assert status_of(jobs, "hit")["attempt"] == 2
 
 
+# Kills the apiserver or etcd under every test.
+@pytest.mark.cluster_wide
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_jobs_ride_out_a_control_plane_crash_and_count_no_restart_twice(
     cluster_b: Cluster,
@@ -145,6 +147,8 @@ def test_an_operator_cut_off_from_the_api_server_backs_off_and_catches_up_when_t
     assert attempts / outage < 10, f"{attempts} connection attempts in {outage:.0f}s: no back-off"
 
 
+# Kills the apiserver under every test.
+@pytest.mark.cluster_wide
 def test_a_pod_and_a_job_deleted_while_the_operator_is_cut_off_are_seen_gone(
     cluster_b: Cluster,
     crd: dict[str, Any],

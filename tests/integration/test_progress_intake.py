@@ -37,6 +37,8 @@ def reviews(cluster: Cluster) -> float:
     return sum(float(value) for value in re.findall(pattern, text, flags=re.MULTILINE))
 
 
+# Counts the apiserver's TokenReviews, which every other progress intake adds to.
+@pytest.mark.cluster_wide
 def test_each_pod_reports_for_its_own_job_only_and_bad_reports_are_refused_by_name(
     cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str,
     monkeypatch: pytest.MonkeyPatch,

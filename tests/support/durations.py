@@ -3,7 +3,8 @@ folder and per tier, and the 50 slowest, written to `.artifacts/test-durations.t
 end of every run, so that where the time goes is known without running anything again (docs/testing.md).
 
 With pytest-xdist the controller receives every worker's reports, so the same hooks see all tests; the
-wall time is the controller's."""
+wall time is the controller's. `make test` runs two pytest processes side by side (hack/test_suite.py):
+each writes its part (DTJOB_DURATIONS_PART), and `merge` makes the report of the whole from the parts."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import json
 import os
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("DTJOB_ARTIFACTS", REPO / ".artifacts"))
+REPORT = "test-durations"
 SLOWEST = 50
 TIERS = ("tier_c", "tier_b", "tier_a")
 
@@ -27,8 +30,70 @@ def tier_of(keywords: object) -> str:
     return next((tier for tier in TIERS if tier in names), "no cluster")
 
 
+@dataclass
+class Durations:
+    wall_seconds: float = 0.0
+    tests: dict[str, dict[str, object]] = field(default_factory=dict)
+    """nodeid: seconds, tier, outcome"""
+
+    def to_json(self) -> str:
+        return json.dumps({"wall_seconds": round(self.wall_seconds, 1), "tests": self.tests}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Durations:
+        data = json.loads(text)
+        return cls(float(data["wall_seconds"]), dict(data["tests"]))
+
+    def render(self) -> str:
+        seconds = {nodeid: float(t["seconds"]) for nodeid, t in self.tests.items()}  # type: ignore[arg-type]
+        by_folder: dict[str, list[float]] = defaultdict(list)
+        by_tier: dict[str, list[float]] = defaultdict(list)
+        for nodeid, s in seconds.items():
+            by_folder["/".join(nodeid.split("::")[0].split("/")[:2])].append(s)
+            by_tier[str(self.tests[nodeid]["tier"])].append(s)
+        total = sum(seconds.values()) or 1.0
+        lines = [
+            f"# {len(seconds)} tests, {sum(seconds.values()):.0f} s of test time, {self.wall_seconds:.0f} s wall",
+            "",
+        ]
+        for title, groups in (("folder", by_folder), ("tier", by_tier)):
+            lines.append(f"## per {title}: seconds, tests, share of test time")
+            for name, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+                lines.append(
+                    f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}"
+                )
+            lines.append("")
+        not_passed = sorted(n for n, t in self.tests.items() if t["outcome"] != "passed")
+        if not_passed:
+            lines.append("## not passed")
+            lines += [f"{self.tests[n]['outcome']:>8s}  {n}" for n in not_passed]
+            lines.append("")
+        lines.append(f"## the {SLOWEST} slowest: seconds, tier, test")
+        slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
+        lines += [f"{s:8.1f} s  {self.tests[n]['tier']!s:10s}  {n}" for n, s in slowest]
+        return "\n".join(lines) + "\n"
+
+    def write(self, directory: Path, name: str = REPORT) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{name}.json").write_text(self.to_json())
+        text = directory / f"{name}.txt"
+        text.write_text(self.render())
+        return text
+
+
+def merge(parts: list[Path], wall_seconds: float, directory: Path = ARTIFACTS) -> Path:
+    """The report of a run made of several pytest processes side by side, from their parts."""
+    whole = Durations(wall_seconds)
+    for part in parts:
+        whole.tests.update(Durations.from_json(part.read_text()).tests)
+    return whole.write(directory)
+
+
 class DurationReport:
-    def __init__(self) -> None:
+    """The pytest plugin: registered by tests/conftest.py in the controller (or a plain run)."""
+
+    def __init__(self, part: str | None = os.environ.get("DTJOB_DURATIONS_PART")) -> None:
+        self.part = part
         self.started = time.monotonic()
         self.seconds: dict[str, float] = defaultdict(float)
         self.tier: dict[str, str] = {}
@@ -39,45 +104,21 @@ class DurationReport:
         self.seconds[report.nodeid] += report.duration
         self.tier.setdefault(report.nodeid, tier_of(report.keywords))
         if report.when == "call" or report.outcome != "passed":
-            self.outcome[report.nodeid] = report.outcome
+            self.outcome[report.nodeid] = (
+                "error" if report.when != "call" and report.failed else report.outcome
+            )
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.seconds:
             return
-        wall = time.monotonic() - self.started
-        text = self.render(wall)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / "test-durations.txt").write_text(text)
-        tests = {
-            nodeid: {
-                "seconds": round(s, 2),
+        durations = Durations(time.monotonic() - self.started)
+        for nodeid, seconds in sorted(self.seconds.items()):
+            outcome = self.outcome.get(nodeid, "passed")
+            durations.tests[nodeid] = {
+                "seconds": round(seconds, 2),
                 "tier": self.tier[nodeid],
-                "outcome": self.outcome.get(nodeid, "passed"),
+                "outcome": outcome,
             }
-            for nodeid, s in sorted(self.seconds.items())
-        }
-        (ARTIFACTS / "test-durations.json").write_text(
-            json.dumps({"wall_seconds": round(wall, 1), "tests": tests}, indent=1)
-        )
-        terminalreporter.write_line(f"duration report: {ARTIFACTS / 'test-durations.txt'}")
-
-    def render(self, wall: float) -> str:
-        by_folder: dict[str, list[float]] = defaultdict(list)
-        by_tier: dict[str, list[float]] = defaultdict(list)
-        for nodeid, seconds in self.seconds.items():
-            by_folder["/".join(nodeid.split("::")[0].split("/")[:2])].append(seconds)
-            by_tier[self.tier[nodeid]].append(seconds)
-        total = sum(self.seconds.values())
-        lines = [f"# {len(self.seconds)} tests, {total:.0f} s of test time, {wall:.0f} s wall", ""]
-        for title, groups in (("folder", by_folder), ("tier", by_tier)):
-            lines.append(f"## per {title}: tests, seconds, share of test time")
-            for name, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
-                lines.append(
-                    f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}"
-                )
-            lines.append("")
-        lines.append(f"## the {SLOWEST} slowest: seconds, tier, test")
-        slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
-        lines += [f"{seconds:8.1f} s  {self.tier[nodeid]:10s}  {nodeid}" for nodeid, seconds in slowest]
-        return "\n".join(lines) + "\n"
+        written = durations.write(ARTIFACTS, f"{REPORT}-{self.part}" if self.part else REPORT)
+        terminalreporter.write_line(f"duration report: {written}")

@@ -100,6 +100,20 @@ def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1, default=str)[:3000]
 
 
+# A test's own fake nodes carry this taint, and only its pods tolerate it: with xdist workers side by side
+# another test's pod could otherwise land on a node that this test then deletes, taints or silences.
+OWN_NODE_TAINT = {"key": "test.dtjob.io/own-node", "value": "true", "effect": "NoSchedule"}
+OWN_NODE_TOLERATION = {"key": OWN_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
+    """The pod runs only on `nodes` (a test's own nodes, whose taint it tolerates)."""
+    hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+    pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
+    pod_spec.setdefault("tolerations", []).append(OWN_NODE_TOLERATION)
+
+
 def gang_job(
     name: str, workers: int = 2, master: bool = False, nodes: list[str] | None = None, **spec: Any
 ) -> dict[str, Any]:
@@ -112,9 +126,7 @@ def gang_job(
         pod_spec = replica["template"]["spec"]
         pod_spec["terminationGracePeriodSeconds"] = 1
         if nodes:
-            hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
-            pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [hosts]}]}}}  # fmt: skip
+            pin_to_nodes(pod_spec, nodes)
     return job
 
 

@@ -6,16 +6,23 @@ from __future__ import annotations
 import os
 
 from localcluster import Cluster, Tier
+from tests.support.sharing import bringing_up
 
 CURRENT_CLUSTER = os.environ.get("DTJOB_CLUSTER") == "current"
 TIER_ORDER = [Tier.A, Tier.B, Tier.C]
 
 
+def _below(cluster: Cluster, tier: Tier) -> bool:
+    running = cluster.running_tier()
+    return running is None or TIER_ORDER.index(running) < TIER_ORDER.index(tier)
+
+
 def at_tier(cluster: Cluster, tier: Tier) -> Cluster:
     if CURRENT_CLUSTER:
         return cluster  # the user's cluster is up, and not ours to start
-    running = cluster.running_tier()
-    if running is None or TIER_ORDER.index(running) < TIER_ORDER.index(tier):
-        cluster.up(tier)
+    if _below(cluster, tier):
+        with bringing_up():  # another xdist worker may be bringing it up: asked again once it is done
+            if _below(cluster, tier):
+                cluster.up(tier)
     cluster.check_alive()
     return cluster
