@@ -14,6 +14,7 @@ DTJOB_REGISTRY; the others, which need this machine's node or kwok's, are desele
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ from kubernetes import client, config
 
 from tests.support.jobs import Jobs
 from tests.support.namespaces import create_namespace
-from tests.support.sharing import owning_cluster, sharing_cluster
+from tests.support.sharing import CLUSTER, MACHINE, owning, sharing
 
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
@@ -55,6 +56,8 @@ TIER_FIXTURES = {
 # Tests that change what every other test sees (docs/testing.md#sharing-the-cluster): they run one at a
 # time (`make test` runs them in a pytest process of their own), while no other test holds the cluster.
 CLUSTER_WIDE = "cluster_wide"
+# Tests that measure time against the machine's pace: no trainer gang runs beside them.
+QUIET = "quiet"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,10 +94,13 @@ CLUSTER_FOLDERS = ("e2e", "integration", "cluster")  # the slowest tests first, 
 
 
 def scheduling_order(item: pytest.Item) -> int:
-    """The order tests run in (xdist hands them out so, `--no-loadscope-reorder`): the cluster-wide ones
-    first; the tests that need no cluster next, the trainer's long ones first (beside the cluster-wide
-    tests, which `make test` runs in a process of their own, the others would only wait); then the
-    cluster tests, the slowest folders first, so that no long test starts last."""
+    """The order tests run in (xdist hands them out so, `--no-loadscope-reorder`): the quiet ones first
+    (before the trainer's gangs start), the other cluster-wide ones next; then the tests that need no
+    cluster, the trainer's long ones first (`make test` runs them beside the cluster-wide ones, which run
+    in a process of their own); then the cluster tests, the slowest folders first, so that no long test
+    starts last."""
+    if item.get_closest_marker(QUIET):
+        return -1  # before the trainer's gangs have started beside them
     if item.get_closest_marker(CLUSTER_WIDE):
         return 0
     if not any(item.get_closest_marker(tier) for tier in TIER_FIXTURES):
@@ -119,20 +125,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A share of the cluster for every test that uses it, the whole cluster for a `cluster_wide` one
-    (tests/support/sharing.py); set up before the test's other fixtures, so a tier fixture brings the
-    cluster up only under it. Chart tests run the cluster's helm binary, which the lifecycle test would
-    count as left behind."""
+    """A share of the cluster for every test that uses it, the whole cluster for a `cluster_wide` one, and
+    the machine too for a `quiet` one, which the trainer's CPU-heavy gangs share (tests/support/sharing.py);
+    set up before the test's other fixtures, so a tier fixture brings the cluster up only under it. Chart
+    tests run the cluster's helm binary, which the lifecycle test would count as left behind."""
     item = request.node
-    if item.get_closest_marker(CLUSTER_WIDE):
-        with owning_cluster():
-            yield
-    elif any(item.get_closest_marker(tier) for tier in TIER_FIXTURES) or item.nodeid.startswith(
-        "tests/chart/"
-    ):
-        with sharing_cluster():
-            yield
-    else:
+    with contextlib.ExitStack() as held:
+        if item.get_closest_marker(QUIET):
+            held.enter_context(owning(MACHINE))
+        elif item.nodeid.startswith("tests/trainer/"):
+            held.enter_context(sharing(MACHINE))
+        if item.get_closest_marker(CLUSTER_WIDE):
+            held.enter_context(owning(CLUSTER))
+        elif any(item.get_closest_marker(tier) for tier in TIER_FIXTURES) or item.nodeid.startswith(
+            "tests/chart/"
+        ):
+            held.enter_context(sharing(CLUSTER))
         yield
 
 

@@ -33,8 +33,10 @@ def scraped(port: int) -> str:
         return str(response.read().decode())
 
 
-# The ETA is checked against the real step rate, which other trainings on the node would change.
+# The ETA is checked against the real step rate, which other trainings on the node or on the machine
+# would change.
 @pytest.mark.cluster_wide
+@pytest.mark.quiet
 def test_the_status_shows_the_steps_as_they_advance_and_the_last_step_at_the_end(
     cluster_c: Cluster, crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str,
     monkeypatch: pytest.MonkeyPatch,

@@ -22,7 +22,7 @@ from kubernetes import client
 from localcluster import Cluster, Tier, sim
 from tests.support.jobs import Jobs, pytorch_job
 from tests.support.paths import REPO
-from tests.support.sharing import sharing_cluster
+from tests.support.sharing import sharing
 from tests.support.tiers import at_tier
 from tests.support.waiting import wait_for
 
@@ -47,7 +47,7 @@ def kueue_cluster(local_cluster: Cluster) -> Cluster:
 def kueue_stopped_after_the_module(local_cluster: Cluster) -> Iterator[None]:
     """Kueue stopped (its webhooks unregistered) after this module."""
     yield
-    with sharing_cluster():
+    with sharing():
         local_cluster.down_kueue()
 
 

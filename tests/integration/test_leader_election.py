@@ -118,6 +118,7 @@ def pod_uids(jobs: Jobs, name: str) -> dict[str, str]:
 
 # A takeover within seconds of a 10 s Lease: a margin of ~3 s that a loaded machine eats.
 @pytest.mark.cluster_wide
+@pytest.mark.quiet
 def test_only_the_lease_holder_acts_and_its_standby_takes_over_within_seconds_of_its_death(
     cluster_b: Cluster,
     crd: dict[str, Any],
