@@ -108,6 +108,10 @@ def test_a_disrupted_worker_restarts_the_gang_which_resumes_from_its_checkpoint_
     assert cost["lostWorkSeconds"] == 0, goodput
 
 
+# Survivors and the new member meet within the rounds' timeouts: failed once (2026-11-28) with
+# trainings beside it on two cores; run alone.
+@pytest.mark.cluster_wide
+@pytest.mark.quiet
 def test_an_evicted_worker_of_an_in_place_job_is_replaced_while_the_other_trains_on_in_its_pod(
     cluster_c: Cluster,
     crd: dict[str, Any],
