@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from localcluster import controlplane, fakenodes, hostnet, images, kueue
@@ -126,6 +129,19 @@ class Cluster:
         if addons and not fake_nodes:
             raise ClusterError("addons need kwok's fake nodes: --fake-nodes 0 runs none")
         self.build(tier, addons=addons, fake_nodes=fake_nodes)
+        with self._one_lifecycle_step():
+            self._up(tier, fake_nodes, addons, real_nodes)
+
+    @contextlib.contextmanager
+    def _one_lifecycle_step(self) -> Iterator[None]:
+        """One `up` or `down` at a time on this machine (test processes side by side, a user's `make
+        cluster-up`): two would start every component twice. A file lock in the cache, which `down` keeps."""
+        self.layout.cache.mkdir(parents=True, exist_ok=True)
+        with open(self.layout.cache / "cluster.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _up(self, tier: Tier, fake_nodes: int, addons: tuple[str, ...], real_nodes: int) -> None:
         try:
             self.check_alive()
         except ClusterError as err:  # `up` restarts what died, after saying so
@@ -256,6 +272,10 @@ class Cluster:
             controlplane.wait_ready(self.layout, self.procs, "kube-apiserver")
 
     def down(self) -> None:
+        with self._one_lifecycle_step():
+            self._down()
+
+    def _down(self) -> None:
         started = time.monotonic()
         if self.procs.running("kube-apiserver") and self.procs.running("kubelet"):
             # Let the kubelet tear pods down (CNI DEL, unmounts) while it still can.

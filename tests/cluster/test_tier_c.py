@@ -17,7 +17,7 @@ from kubernetes import client
 from localcluster import Cluster, images
 from localcluster.layout import HERE
 from localcluster.node import NODE_LABEL, Node
-from tests.support.sharing import bringing_up
+from tests.support.sharing import one_worker_at_a_time
 from tests.support.waiting import wait_for
 
 PROBE_CONTEXT = HERE / "images" / "probe"
@@ -32,7 +32,7 @@ def probe_image(cluster_c: Cluster) -> str:
         :12
     ]
     image = f"localhost/dtjob-probe:{digest}"
-    with bringing_up():  # one xdist worker builds it, the others find it
+    with one_worker_at_a_time("probe-image"):  # one builds it, the others find it
         if not local_cluster.node.has_image(image):
             local_cluster.build_image(PROBE_CONTEXT, image)
     return image

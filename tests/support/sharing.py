@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -24,8 +23,6 @@ LOCKS = Path(os.environ.get("DTJOB_TEST_LOCKS", "/tmp/dtjob-test-locks"))
 # real step rate runs with no CPU-heavy test beside it).
 CLUSTER = "cluster"
 MACHINE = "machine"
-
-_held = threading.local()
 
 
 @contextlib.contextmanager
@@ -40,47 +37,28 @@ def _flock(name: str, mode: int) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _shares() -> dict[str, int]:
-    if not hasattr(_held, "shares"):
-        _held.shares = {}
-    shares: dict[str, int] = _held.shares
-    return shares
-
-
+# Taken in one order, the machine before the cluster (tests/conftest.py's cluster_lock), so that no two
+# tests wait on each other.
 @contextlib.contextmanager
 def sharing(resource: str = CLUSTER) -> Iterator[None]:
-    """Hold a share of `resource` (re-entrant within a process)."""
-    shares = _shares()
-    if shares.get(resource):
-        shares[resource] += 1
-        try:
-            yield
-        finally:
-            shares[resource] -= 1
-        return
+    """A share of `resource`, beside every other sharer."""
     # The turnstile: a test waiting to own the resource holds it, so that sharers queue behind it
     # instead of starving it.
     with _flock(f"{resource}.turnstile", fcntl.LOCK_EX):
         pass
     with _flock(resource, fcntl.LOCK_SH):
-        shares[resource] = 1
-        try:
-            yield
-        finally:
-            shares[resource] = 0
+        yield
 
 
 @contextlib.contextmanager
 def owning(resource: str = CLUSTER) -> Iterator[None]:
     """`resource` to this test alone, once every other share of it is given back."""
-    if _shares().get(resource):
-        raise RuntimeError(f"owning the {resource} while this process shares it would wait forever")
     with _flock(f"{resource}.turnstile", fcntl.LOCK_EX), _flock(resource, fcntl.LOCK_EX):
         yield
 
 
 @contextlib.contextmanager
-def bringing_up() -> Iterator[None]:
-    """One worker at a time brings the cluster up (or further up); the others then find it running."""
-    with _flock("bring-up", fcntl.LOCK_EX):
+def one_worker_at_a_time(what: str) -> Iterator[None]:
+    """`what` done by one test process at a time (building an image the others then find)."""
+    with _flock(what, fcntl.LOCK_EX):
         yield

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 from localcluster import Cluster, Tier
-from tests.support.sharing import bringing_up
 
 CURRENT_CLUSTER = os.environ.get("DTJOB_CLUSTER") == "current"
 TIER_ORDER = [Tier.A, Tier.B, Tier.C]
@@ -21,8 +20,6 @@ def at_tier(cluster: Cluster, tier: Tier) -> Cluster:
     if CURRENT_CLUSTER:
         return cluster  # the user's cluster is up, and not ours to start
     if _below(cluster, tier):
-        with bringing_up():  # another xdist worker may be bringing it up: asked again once it is done
-            if _below(cluster, tier):
-                cluster.up(tier)
+        cluster.up(tier)  # one at a time (Cluster.up locks): a second caller finds the first's components
     cluster.check_alive()
     return cluster
