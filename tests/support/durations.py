@@ -63,14 +63,17 @@ class Durations:
                     f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}"
                 )
             lines.append("")
-        not_passed = sorted(n for n, t in self.tests.items() if t["outcome"] != "passed")
-        if not_passed:
-            lines.append("## not passed")
-            lines += [f"{self.tests[n]['outcome']:>8s}  {n}" for n in not_passed]
-            lines.append("")
         lines.append(f"## the {SLOWEST} slowest: seconds, tier, test")
         slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
         lines += [f"{s:8.1f} s  {self.tests[n]['tier']!s:10s}  {n}" for n, s in slowest]
+        # Last, so that a log cut to its tail (CI's) still names them.
+        not_passed = sorted(n for n, t in self.tests.items() if t["outcome"] != "passed")
+        if not_passed:
+            lines += ["", "## not passed: outcome, test, why"]
+            for n in not_passed:
+                lines.append(f"{self.tests[n]['outcome']:>8s}  {n}")
+                if why := self.tests[n].get("why"):
+                    lines.append(f"          {why}")
         return "\n".join(lines) + "\n"
 
     def write(self, directory: Path, name: str = REPORT) -> Path:
@@ -79,6 +82,15 @@ class Durations:
         text = directory / f"{name}.txt"
         text.write_text(self.render())
         return text
+
+
+def why_failed(report: pytest.TestReport) -> str:
+    """The failure's one line: pytest's crash message (an assertion's first line), where it was raised."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is None:
+        return str(report.longrepr).strip().splitlines()[-1][:300] if report.longrepr else ""
+    message = str(crash.message).strip().splitlines()
+    return f"{report.when}: {message[0][:300] if message else ''} ({Path(crash.path).name}:{crash.lineno})"
 
 
 def merge(parts: list[Path], wall_seconds: float, directory: Path = ARTIFACTS) -> Path:
@@ -98,6 +110,7 @@ class DurationReport:
         self.seconds: dict[str, float] = defaultdict(float)
         self.tier: dict[str, str] = {}
         self.outcome: dict[str, str] = {}
+        self.why: dict[str, str] = {}
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -107,6 +120,8 @@ class DurationReport:
             self.outcome[report.nodeid] = (
                 "error" if report.when != "call" and report.failed else report.outcome
             )
+        if report.failed and report.nodeid not in self.why:
+            self.why[report.nodeid] = why_failed(report)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -119,6 +134,7 @@ class DurationReport:
                 "seconds": round(seconds, 2),
                 "tier": self.tier[nodeid],
                 "outcome": outcome,
+                **({"why": self.why[nodeid]} if nodeid in self.why else {}),
             }
         written = durations.write(ARTIFACTS, f"{REPORT}-{self.part}" if self.part else REPORT)
         terminalreporter.write_line(f"duration report: {written}")
