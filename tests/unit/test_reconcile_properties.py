@@ -1,14 +1,6 @@
-"""Properties of the pure core under generated worlds (Hypothesis, and seeded random walks that show
-the worlds reach every path the properties are meant to check).
-
-A job of a generated shape and policy (Recreate or InPlace with hot spares, elastic PyTorch, in a Kueue
-queue or not, with hang and slow-rank detection or not) lives through a generated series of passes: before
-each pass, every pod of the current and the previous attempts (as rendered, and as earlier passes created
-and relabelled them: spares too) is in a generated state (absent, pending, running, exited with a
-generated code, failed in its NCCL preflight, preempted, disrupted, deleting, on a node that is Ready,
-NotReady or gone), the trainers' progress reports are a generated ledger (advancing, stalled, one rank
-slow), the job's Workload is in a generated Kueue state (pending, admitted, evicted, finished), the clock
-moves on a generated amount, and the status is what the last pass wrote. At every pass:
+"""Properties of the pure core under generated worlds (tests/support/worlds.py): drawn by Hypothesis, and
+walked at random from fixed seeds to show that the worlds reach every path the properties are meant to
+check. At every pass:
 
 - the same inputs give the same plan (determinism: the operator can redo any pass);
 - the attempt, every restart counter and createdAttempt never go down; total is failures + preemptions
@@ -23,307 +15,28 @@ moves on a generated amount, and the status is what the last pass wrote. At ever
 
 from __future__ import annotations
 
-import copy
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dtjob import kueue
 from dtjob.names import ATTEMPT_LABEL, SPARE_LABEL
-from dtjob.plan import Plan, reconcile, status_patch
-from dtjob.progress import Ledger, Report, received
-from tests.support.builders import (
-    NOW,
-    SHARED_CHECKPOINTS,
-    deleting,
-    disrupted_while_running,
-    exited,
-    manifest,
-    merged,
-    node,
-    pending,
-    pods_of,
-    preempted,
-    preflight_ended,
-    preflight_outcome,
-    running,
-    template,
-)
+from dtjob.plan import Plan, status_patch
+from tests.support.builders import merged
+from tests.support.worlds import GANGS, Choose, job_of, passes, plan_of
 
-SHAPES = [
-    (("Worker", 1),),
-    (("Worker", 3),),
-    (("Master", 1), ("Worker", 2)),
-]
-TF_SHAPES = [(("Chief", 1), ("Worker", 1), ("PS", 1)), (("Worker", 2), ("Evaluator", 1))]
 FINISHED = {"Succeeded", "Failed"}
-NODES = ["gpu-node-1", "gpu-node-2"]
-
-
-GANGS = ["fixed", "in place", "elastic", "queued", "watched"]
-
-
-T = TypeVar("T")
-Choose = Callable[[Sequence[T]], T]
-"""Picks one of the options: Hypothesis's draw (shrinking a failure to its simplest world) or a seeded
-uniform random walk (test_the_generated_worlds_reach_every_path...)."""
 
 
 def drawn(draw: Callable[[st.SearchStrategy[Any]], Any]) -> Choose[Any]:
     return lambda options: draw(st.sampled_from(options))
 
 
-BOTH = (False, True)
-
-
-def job_of(choose: Choose[Any], kind: str | None = None) -> dict[str, Any]:
-    """A job of a chosen kind (GANGS: a fixed gang, InPlace with a hot spare or none, elastic, any of
-    them in a Kueue queue or watched for hangs and slow ranks with no deadline), or of `kind`."""
-    queued = kind == "queued" or (kind is None and choose(BOTH))
-    watched = kind == "watched" or (kind is None and choose(BOTH))
-    tensorflow = kind in (None, "fixed", "queued", "watched") and choose(BOTH)
-    shape = choose(TF_SHAPES if tensorflow else SHAPES)
-    kinds = ["fixed"] if tensorflow else ["fixed", "in place", "elastic"]
-    gang = kind if kind in kinds else choose(kinds)
-    replicas: list[tuple[str, int] | dict[str, Any]] = list(shape)
-    extra: dict[str, Any] = {}
-    if gang == "in place":
-        spares = choose([1, 0])
-        replicas = [{"role": r, "count": n, "template": template(), **({"spares": spares} if r == "Worker" else {})}
-                    for r, n in shape]  # fmt: skip
-    if gang == "elastic":
-        replicas = [("Worker", choose([2, 3]))]
-        extra["torch"] = {"elastic": {"minReplicas": 1}}
-    run_policy = {
-        "restartPolicy": choose(["OnFailure", "ExitCode", "Never"]),
-        "backoffLimit": choose([3, 1, 0]),
-        "maxPreemptions": choose([3, 1, 0]),
-        "failureSettleSeconds": choose([0, 5, 30]),
-        "cleanPodPolicy": choose(["Running", "All", "None"]),
-        "suspend": choose([False, False, False, True]),
-    }
-    if gang == "in place":
-        run_policy["restartStrategy"] = "InPlace"
-    if kind != "watched" and choose(BOTH):
-        run_policy["activeDeadlineSeconds"] = choose([30, 100, 600])
-    if watched:
-        run_policy["progressDeadlineSeconds"] = choose([30, 60])
-        run_policy["maxHangRestarts"] = choose([2, 0])
-        if choose(BOTH):
-            run_policy["slowRankRestartSeconds"] = 60
-    job = manifest(
-        *replicas,
-        framework="TensorFlow" if tensorflow else "PyTorch",
-        checkpoint=SHARED_CHECKPOINTS,
-        runPolicy=run_policy,
-        **extra,
-    )
-    if queued:
-        job["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a-gpus"}
-    return job
-
-
 @st.composite
 def jobs(draw: st.DrawFn, kind: str | None = None) -> dict[str, Any]:
     return job_of(drawn(draw), kind)
-
-
-POD_STATES = ["absent", "pending", "unschedulable", "running", "not-ready", "exit-0", "exit-1",
-              "exit-137", "exit-200", "preempted", "evicting", "deleting", "preflight-failed"]  # fmt: skip
-
-
-# Weighted towards a gang that runs, so that passes reach what needs every member running (hangs, slow
-# ranks, spares taking ranks), as well as the ways it breaks.
-LIKELY_POD_STATES = [*POD_STATES, *["running"] * 8, *["absent"] * 3, "pending"]
-
-
-def pod_in(state: str, pod: dict[str, Any], node_name: str) -> dict[str, Any] | None:
-    made: dict[str, Any] | None
-    match state:
-        case "absent":
-            return None
-        case "pending":
-            made = pending(pod)
-        case "unschedulable":
-            made = pending(pod, unschedulable=True)
-        case "running":
-            made = running(pod)
-        case "not-ready":
-            made = running(pod, ready=False)
-        case "preempted":
-            made = preempted(pod)
-        case "evicting":
-            made = disrupted_while_running(pod, "EvictionByEvictionAPI")
-        case "deleting":
-            made = deleting(running(pod))
-        case "preflight-failed":
-            made = preflight_ended(
-                pod, 3, preflight_outcome("PreflightFailed", busbw=2.1, transport="Socket")
-            )
-        case _:
-            made = exited(pod, int(state.removeprefix("exit-")))
-    if made.get("spec", {}).get("nodeName"):
-        made["spec"]["nodeName"] = node_name
-    return made
-
-
-@dataclass
-class World:
-    """What the passes have made so far, beyond the job: the pods they created (as relabelled since),
-    the trainers' reports and the job's Workload as Kueue left it."""
-
-    created: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ledger: Ledger | None = None
-    workload: dict[str, Any] | None = None
-    states: dict[str, str] = field(default_factory=dict)
-    """Each pod's (by uid) and the Workload's last drawn state: most passes keep it, so that a gang
-    runs, stalls or waits over several passes."""
-
-    def exists(self, choose: Choose[Any], pod: dict[str, Any]) -> bool:
-        """Whether the pod is there: one a pass created is; one no pass created only where a leader
-        taken away made it unrecorded (drawn once)."""
-        uid = pod["metadata"]["uid"]
-        if uid not in self.states:
-            made = uid.startswith("made-") or choose([False, False, False, True])
-            self.states[uid] = "new" if made else "absent"
-        return self.states[uid] != "absent"
-
-    def state(self, choose: Choose[Any], key: str, states: list[str]) -> str:
-        if self.states.get(key, "new") == "new" or choose([False, False, True]):
-            self.states[key] = choose(states)
-        return self.states[key]
-
-    def pods(self, job: dict[str, Any], generation: int, current: bool) -> list[dict[str, Any]]:
-        """The attempt's pods: as rendered (a leader taken away after creating them never recorded
-        it), or as a pass created them; the spares (of no attempt) with the current one's."""
-        of: dict[str, dict[str, Any]] = pods_of(job, generation)
-        for name, pod in self.created.items():
-            made = pod["metadata"]["labels"].get(ATTEMPT_LABEL)
-            if made == str(generation) or (made is None and current):
-                of[name] = pod
-        return list(of.values())
-
-    def after(self, plan: Plan) -> None:
-        for pod in plan.create:
-            made = copy.deepcopy(pod)
-            made["metadata"]["uid"] = f"made-{pod['metadata']['name']}-{len(self.created)}"
-            made["metadata"]["creationTimestamp"] = "2030-01-01T11:59:00Z"
-            self.created[pod["metadata"]["name"]] = made
-        for patch in plan.relabel:
-            if (pod := self.created.get(patch.name)) is not None:
-                labels = {**pod["metadata"]["labels"], **patch.labels}
-                pod["metadata"]["labels"] = {k: v for k, v in labels.items() if v is not None}
-                pod["metadata"]["annotations"] = {
-                    **(pod["metadata"].get("annotations") or {}),
-                    **patch.annotations,
-                }
-        if plan.workload is not None and self.workload is None:
-            self.workload = {
-                **plan.workload,
-                "metadata": {**plan.workload["metadata"], "uid": "w-1", "resourceVersion": "1"},
-            }
-        if self.workload is not None and plan.workload_active is not None:
-            self.workload = {
-                **self.workload,
-                "spec": {**self.workload["spec"], "active": plan.workload_active},
-            }
-
-
-WORKLOAD_STATES = ["pending", "admitted", "admitted", "evicted", "finished"]
-
-
-def workload_in(state: str, stored: dict[str, Any]) -> dict[str, Any]:
-    """The Workload as Kueue leaves it in `state`."""
-    conditions = {
-        "pending": [("QuotaReserved", "False")],
-        "admitted": [("QuotaReserved", "True"), ("Admitted", "True")],
-        "evicted": [("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True")],
-        "finished": [("Finished", "True")],
-    }[state]
-    status: dict[str, Any] = {
-        "conditions": [
-            {"type": t, "status": s, "reason": t, "message": f"{t} is {s}", "lastTransitionTime": "x"}
-            for t, s in conditions
-        ]
-    }
-    if state in ("admitted", "evicted"):
-        status["admission"] = {
-            "clusterQueue": "gpus",
-            "podSetAssignments": [
-                {"name": ps["name"], "flavors": {"cpu": "h100"}, "count": ps["count"]}
-                for ps in stored["spec"]["podSets"]
-            ],
-        }
-    return {**stored, "status": status}
-
-
-FLAVORS = {"h100": {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "h100"}}}}
-REPORTS = ["advancing", "stalled", "slow", "none"]
-
-
-def ledger_after(
-    how: str, ledger: Ledger | None, attempt: int, pods: list[str], now: datetime
-) -> Ledger | None:
-    """The ledger once this pass's reports came in: the gang's step advancing, stalled, or advancing with
-    rank 0's own step time far above its peers' (a slow rank)."""
-    if how == "none":
-        return ledger
-    previous = {
-        name: r.report.step
-        for name, r in (ledger.pods.items() if ledger and ledger.attempt == attempt else ())
-    }
-    for rank, pod in enumerate(pods):
-        step = previous.get(pod, 0) + (how != "stalled") * 10
-        own = 3.0 if how == "slow" and rank == 0 else 0.5
-        report = Report(step=step, step_seconds=1.0, own_step_seconds=own, last_checkpoint_step=step // 2)
-        ledger = received(ledger, attempt, pod, report, now) or ledger
-    return ledger
-
-
-# What a calm pass brings to running: a pod starting (or one no pass created, found as it is).
-STARTING = {"new", "pending", "unschedulable", "not-ready"}
-
-
-def worlds(
-    choose: Choose[Any], job: dict[str, Any], world: World, now: datetime
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The job's pods of this attempt and the one before, and the nodes they are on; the ledger and the
-    Workload moved on in `world`."""
-    attempt = (job.get("status") or {}).get("attempt", 1)
-    children: list[dict[str, Any]] = []
-    # Most passes are calm: the current attempt's starting pods come up and run on Ready nodes. In the
-    # others one thing happens to one of them (else something breaking in nearly every pass would leave
-    # hangs, slow ranks and spares unreached). The previous attempt's pods are on their way out.
-    calm = choose([True, True, True, False])
-    current = [p for p in world.pods(job, attempt, current=True) if world.exists(choose, p)]
-    struck = choose([p["metadata"]["uid"] for p in current]) if current and not calm else None
-    for pod in current:
-        uid = pod["metadata"]["uid"]
-        if uid == struck:
-            world.states[uid] = choose(POD_STATES)
-        elif world.states[uid] == "new" or (calm and world.states[uid] in STARTING):
-            world.states[uid] = "running"
-        if (made := pod_in(world.states[uid], pod, choose(NODES))) is not None:
-            children.append(made)
-    if attempt > 1:
-        for pod in world.pods(job, attempt - 1, current=False):
-            if world.exists(choose, pod):
-                state = world.state(choose, pod["metadata"]["uid"], LIKELY_POD_STATES)
-                if (made := pod_in(state, pod, choose(NODES))) is not None:
-                    children.append(made)
-    nodes = [node(name, "True" if calm else choose(["True", "False", "Unknown"]))
-             for name in NODES if calm or choose([True] * 5 + [False])]  # fmt: skip
-    live = [c["metadata"]["name"] for c in children
-            if c["metadata"]["labels"].get(ATTEMPT_LABEL) == str(attempt) and c["status"].get("phase") == "Running"]  # fmt: skip
-    world.ledger = ledger_after(world.state(choose, "reports", REPORTS), world.ledger, attempt, live, now)
-    if world.workload is not None:
-        world.workload = workload_in(world.state(choose, "workload", WORKLOAD_STATES), world.workload)
-    return children, nodes
 
 
 def reached(job: dict[str, Any], plan: Plan) -> set[str]:
@@ -410,25 +123,16 @@ def check_pass(job: dict[str, Any], children: list[dict[str, Any]], plan: Plan) 
 
 def live_through(job: dict[str, Any], choose: Choose[Any]) -> set[str]:
     """The job through chosen passes, each checked (check_pass); the paths they took."""
-    now = NOW
-    world = World()
     paths: set[str] = set()
-    for _ in range(choose(range(3, 11))):
-        now += timedelta(seconds=choose([40, 10, 0, 1, 400]))
-        children, nodes = worlds(choose, job, world, now)
-        plan, again = (
-            reconcile(
-                copy.deepcopy(job), copy.deepcopy(children), now, copy.deepcopy(nodes),
-                workload=copy.deepcopy(world.workload), flavors=FLAVORS, ledger=world.ledger,
-            )
-            for _ in range(2)
-        )  # fmt: skip
-        assert again == plan, "the same inputs gave another plan"
-        paths |= reached(job, plan)
-        world.after(plan)
-        stored = job.get("status") or {}
-        job = {**job, "status": merged(stored, status_patch(stored, check_pass(job, children, plan)))}
-        assert job["status"] == (plan.status or stored), "the stored status is not the one the pass decided"
+    for one in passes(job, choose):
+        again = plan_of(one.job, one.children, one.nodes, one.now, one.workload, one.ledger)
+        assert again == one.plan, "the same inputs gave another plan"
+        paths |= reached(one.job, one.plan)
+        stored = one.job.get("status") or {}
+        decided = check_pass(one.job, one.children, one.plan)
+        assert merged(stored, status_patch(stored, decided)) == (one.plan.status or stored), (
+            "the stored status is not the one the pass decided"
+        )
     return paths
 
 
