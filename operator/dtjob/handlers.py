@@ -24,7 +24,7 @@ Pod, node and job events only wake a job's loop; a pass runs when something chan
 under a bound on concurrent passes (a pass gives its slot up while its pods are created), and a failed
 pass backs off exponentially (with jitter) for that job alone. A finished job sleeps until its TTL or an
 event. With leader election on, only the replica that holds the Lease runs passes, and every write checks
-that it still holds it (`io.fence`); the other keeps its caches warm. All state that must survive a
+that it still holds it (the fence of `Runtime.kube`'s gate); the other keeps its caches warm. All state that must survive a
 restart (the attempt, restart counters) lives in the job's status, never in memory.
 """
 
@@ -50,9 +50,14 @@ import kopf
 
 from dtjob import metrics, progress
 from dtjob.api import KIND
-from dtjob.kube import io, leader, schema
+from dtjob.kube import leader, schema
+from dtjob.kube.access import Kube
 from dtjob.kube.caches import Caches, JobKey
+from dtjob.kube.gate import Deposed
 from dtjob.kube.intake import Intake, Reporter
+from dtjob.kube.reads import PodIdentity
+from dtjob.kube.refusals import Refused, link_failure, refusal
+from dtjob.kube.writer import Executed
 from dtjob.names import ATTEMPT_LABEL
 from dtjob.observed import nodes_to_judge, owned_by, pod_essentials
 from dtjob.plan import Event, Plan, reconcile, refused_pods
@@ -129,8 +134,11 @@ class Runtime:
     progress_woken: dict[JobKey, float] = field(default_factory=dict)
     """When a report last woke the job's loop (monotonic): reports alone write its status only so often."""
     intake: Intake | None = None
+    kube: Kube = field(init=False)
+    """The way to the apiserver: its gate is fenced while this replica does not lead."""
 
     def __post_init__(self) -> None:
+        self.kube = Kube.at(self.config.api_qps, self.config.api_burst)
         self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
         # More threads than slots: a pass whose pods are being created keeps its thread, not its slot.
         threads = self.config.max_concurrent_passes * PASS_THREADS_A_SLOT
@@ -162,7 +170,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runtime = Runtime(config)
     memo["runtime"] = runtime
     metrics.TRAINING.follow(runtime.ledgers)
-    io.limit_rate(config.api_qps, config.api_burst)
     # Kopf watches nothing here: no scanning of namespaces and CRDs for resources to serve, and our own
     # Events say what happened (Kopf's per-handler events would only be noise).
     settings.scanning.disabled = True
@@ -174,10 +181,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runtime.leadership = leader.from_env()
     if runtime.leadership is None:
         runtime.acting.set()
-        io.fence = io.unfenced
     else:
         runtime.acting = runtime.leadership.acting
-        io.fence = runtime.leadership.holds
+        runtime.kube.gate.fence = runtime.leadership.holds
         runtime.election = asyncio.create_task(runtime.leadership.run(), name="leader election")
 
     def wake_jobs_on(node: str) -> None:
@@ -196,14 +202,15 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             functools.partial(_reporter, runtime),
             functools.partial(_take_report, runtime),
             runtime.acting.is_set,
+            runtime.kube.read.review_token,
         )
         await runtime.intake.serve(config.progress_port)
 
-    if (refusal := await asyncio.to_thread(schema.refusal, config.manage_crd)) is None:
+    if (refused := await asyncio.to_thread(schema.refusal, runtime.kube, config.manage_crd)) is None:
         await _start_reading(runtime, wake_jobs_on, pod_seen)
     else:
-        runtime.refusal = refusal
-        log.error("not acting on any job: %s", refusal)
+        runtime.refusal = refused
+        log.error("not acting on any job: %s", refused)
         runtime.schema_watch = asyncio.create_task(
             _read_once_the_schema_is_current(runtime, wake_jobs_on, pod_seen), name="CRD schema"
         )
@@ -214,7 +221,7 @@ async def _read_once_the_schema_is_current(runtime: Runtime, *callbacks: Callabl
     while True:
         await asyncio.sleep(SCHEMA_RECHECK_SECONDS)
         try:
-            runtime.refusal = await asyncio.to_thread(schema.refusal, runtime.config.manage_crd)
+            runtime.refusal = await asyncio.to_thread(schema.refusal, runtime.kube, runtime.config.manage_crd)
             if runtime.refusal is None:
                 log.info("the CRD is current now: acting on jobs")
                 await _start_reading(runtime, *callbacks)
@@ -228,7 +235,7 @@ async def _start_reading(
 ) -> None:
     # Kueue is looked for once: installed later, it takes an operator restart (docs/kueue.md).
     config = runtime.config
-    runtime.kueue_served = config.kueue and await asyncio.to_thread(io.kueue_served)
+    runtime.kueue_served = config.kueue and await asyncio.to_thread(runtime.kube.read.kueue_served)
     log.info(
         "Kueue's API is %s",
         "served: queued jobs are admitted through it" if runtime.kueue_served else "not served",
@@ -244,7 +251,7 @@ async def _start_reading(
     runtime.caches.start()
 
 
-def _reporter(runtime: Runtime, identity: io.PodIdentity) -> Reporter | None:
+def _reporter(runtime: Runtime, identity: PodIdentity) -> Reporter | None:
     """The job pod a progress token was issued to, if the pod cache has that very pod (same uid)."""
     if runtime.caches is None:
         return None
@@ -296,7 +303,7 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     """Stop writing, let the passes under way end, and only then hand the Lease over: a standby that
     takes over must not meet a write of ours still landing."""
     runtime = _runtime(memo)
-    io.fence = _closed
+    runtime.kube.gate.fence = _closed
     loops = [memory.loop for memory in runtime.jobs.values() if memory.loop is not None]
     for loop in loops:
         loop.cancel()
@@ -307,8 +314,6 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
             await asyncio.to_thread(runtime.executor.shutdown, wait=True)
     except TimeoutError:  # a request stuck past its own deadline: its thread stays fenced off
         log.warning("passes still under way after %.0fs; stopping anyway", SHUTDOWN_GRACE_SECONDS)
-    else:
-        io.fence = io.unfenced  # nothing of the operator writes any more (an in-process caller may)
     if runtime.election is not None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
@@ -379,7 +384,10 @@ def _loop_ended(runtime: Runtime, key: JobKey, memory: JobMemory, task: asyncio.
     metrics.RECONCILE_ERRORS.inc()
     message = f"the operator's loop for this job stopped on an error and was started again: {error!r}"
     asyncio.get_running_loop().run_in_executor(
-        runtime.executor, io.EVENTS.post, memory.body, Event("Warning", "LoopRestarted", message[:1024])
+        runtime.executor,
+        runtime.kube.write.post_event,
+        memory.body,
+        Event("Warning", "LoopRestarted", message[:1024]),
     )
 
     def again() -> None:
@@ -420,7 +428,7 @@ async def reconcile_once(
         memory.written = None  # the watch caught up: keep one copy of the job, not two
     if job["metadata"].get("deletionTimestamp"):
         if _legacy(job):  # the job cannot go until the finalizer does
-            await _write(runtime, key, io.drop_finalizer, job, LEGACY_FINALIZER)
+            await _write(runtime, key, runtime.kube.write.drop_finalizer, job, LEGACY_FINALIZER)
         return None
     now = datetime.now(UTC)
     pods = [json.loads(pod) for pod in caches.pods.of(key)]
@@ -447,6 +455,7 @@ async def reconcile_once(
             runtime.executor,
             _pass,
             runtime.passes,
+            runtime.kube,
             job,
             children,
             overdue,
@@ -457,7 +466,7 @@ async def reconcile_once(
             queue,
             runtime.ledgers.get(key),
         )
-    except io.Deposed:  # the Lease was lost during the pass: the new leader decides from here
+    except Deposed:  # the Lease was lost during the pass: the new leader decides from here
         log.info("pass of %s/%s stopped: this replica no longer leads", *key)
         return None
     except Exception as err:  # a failed pass must not kill the job's loop; it backs off and starts afresh
@@ -466,7 +475,7 @@ async def reconcile_once(
         delay = _backoff(memory.failures)
         what = "reconcile of %s/%s failed (%d in a row); retrying in %.1fs"
         # A refusal names the field, a failed link says it was cut: a traceback adds nothing to either.
-        if (cause := io.refusal(err) or io.link_failure(err)) is not None:
+        if (cause := refusal(err) or link_failure(err)) is not None:
             log.warning(what + ": %s", *key, memory.failures, delay, cause)
         else:
             log.exception(what, *key, memory.failures, delay)
@@ -500,7 +509,7 @@ async def _write(runtime: Runtime, key: JobKey, write: Any, *args: Any) -> None:
     try:
         await asyncio.get_running_loop().run_in_executor(runtime.executor, write, *args)
     except Exception as err:
-        log.warning("%s of %s/%s failed: %s", write.__name__, *key, io.refusal(err) or repr(err))
+        log.warning("%s of %s/%s failed: %s", write.__name__, *key, refusal(err) or repr(err))
 
 
 @dataclass(frozen=True)
@@ -514,7 +523,7 @@ class Queue:
     """The ClusterQueue of each LocalQueue in the job's namespace."""
 
 
-PassOutcome = tuple[Plan, io.Executed, dict[str, Any] | None, list[dict[str, Any]]]
+PassOutcome = tuple[Plan, Executed, dict[str, Any] | None, list[dict[str, Any]]]
 
 
 def _pass(slot: threading.BoundedSemaphore, *args: Any) -> PassOutcome:
@@ -525,6 +534,7 @@ def _pass(slot: threading.BoundedSemaphore, *args: Any) -> PassOutcome:
 
 def _pass_in_slot(
     slot: threading.BoundedSemaphore,
+    kube: Kube,
     job: dict[str, Any],
     children: list[dict[str, Any]],
     overdue: list[dict[str, Any]],
@@ -538,17 +548,17 @@ def _pass_in_slot(
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
     returns those of the `overdue` pods (created, never delivered by the pod watch) that still exist."""
     if _legacy(job):
-        io.drop_finalizer(job, LEGACY_FINALIZER)
+        kube.write.drop_finalizer(job, LEGACY_FINALIZER)
     # A node the cache lacks may be new (its watch lags the pods'): ask before judging it deleted.
-    nodes = cached_nodes + io.read_nodes(unknown_nodes)
+    nodes = cached_nodes + kube.read.read_nodes(unknown_nodes)
     # Likewise a pod this operator created that its watch never delivered: after an outage the pod watch
     # can reconnect seconds after the pass that created the gang. Ask before taking the pod for lost.
-    lagging = [pod_essentials(pod) for pod in io.read_pods(overdue)]
+    lagging = [pod_essentials(pod) for pod in kube.read.read_pods(overdue)]
     if lagging:
         log.warning("the pod watch has not delivered %d pod(s) of %s/%s that exist; counting them",
                     len(lagging), job["metadata"]["namespace"], job["metadata"]["name"])  # fmt: skip
     children = children + lagging
-    nodes += _unknown_nodes_of(lagging, nodes)
+    nodes += _unknown_nodes_of(kube, lagging, nodes)
     decide = functools.partial(
         reconcile, daemon_images=config.daemon_images, workload=queue.workload, flavors=queue.flavors,
         kueue_served=queue.served, routes=queue.routes if queue.served else None, ledger=ledger,
@@ -557,34 +567,36 @@ def _pass_in_slot(
     read: dict[str, Any] = {}  # what a plan asked the pass to read first, once each
     plan = decide(job, children, now, nodes)
     if plan.confirm_missing:  # the cache says members are gone: a listing of the job's pods says for sure
-        listed = [pod_essentials(pod) for pod in io.list_job_pods(job)]
+        listed = [pod_essentials(pod) for pod in kube.read.list_job_pods(job)]
         children = [child for child in children if child.get("kind") != "Pod"] + listed
-        nodes += _unknown_nodes_of(listed, nodes)
+        nodes += _unknown_nodes_of(kube, listed, nodes)
         plan = decide(job, children, now, nodes)
     while True:
         if plan.read_networks and "networks" not in read:  # once an attempt, for a profile needing them
-            read["networks"] = io.read_networks()
-            read["installers"] = io.read_gpudirect_daemonsets()
-            read["device_classes"] = io.read_device_classes()
+            read["networks"] = kube.read.read_networks()
+            read["installers"] = kube.read.read_gpudirect_daemonsets()
+            read["device_classes"] = kube.read.read_device_classes()
         elif plan.read_priority is not None and "priority" not in read:  # once, for a queued job's Workload
-            read["priority"] = io.read_priority(plan.read_priority)
+            read["priority"] = kube.read.read_priority(plan.read_priority)
         else:
             break
         plan = decide(job, children, now, nodes, **read)
     try:
-        done = io.execute(job, plan, slot)
-    except io.Refused as refused:  # the spec cannot work: say so on the job instead of retrying
+        done = kube.write.execute(job, plan, slot)
+    except Refused as refused:  # the spec cannot work: say so on the job instead of retrying
         plan = refused_pods(job, str(refused), now)
-        done = io.execute(job, plan)
+        done = kube.write.execute(job, plan)
     if done.conflict:
-        return plan, done, io.read_job(job["metadata"]["namespace"], job["metadata"]["name"]), lagging
+        return plan, done, kube.read.read_job(job["metadata"]["namespace"], job["metadata"]["name"]), lagging
     metrics.record_pass(job, plan.status, now)
     return plan, done, None, lagging
 
 
-def _unknown_nodes_of(pods: list[dict[str, Any]], known: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unknown_nodes_of(
+    kube: Kube, pods: list[dict[str, Any]], known: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     names = {node["metadata"]["name"] for node in known}
-    return io.read_nodes(name for name in nodes_to_judge(pods) if name not in names)
+    return kube.read.read_nodes(name for name in nodes_to_judge(pods) if name not in names)
 
 
 def _namesakes(pods: list[dict[str, Any]], uid: str) -> str:

@@ -17,10 +17,11 @@ from kubernetes import client
 
 import dtjob.plan
 from dtjob.handlers import Queue, _pass
-from dtjob.kube import io
+from dtjob.kube.events import EventRecorder
+from dtjob.kube.gate import Gate
 from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
-from dtjob.settings import OperatorSettings
+from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
 from localcluster import Cluster, sim
 from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
 from tests.support.namespaces import create_namespace
@@ -167,7 +168,7 @@ def test_the_same_event_again_bumps_the_count_of_the_first(
     crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:
     job = jobs.create(pytorch_job("noisy", workers=1))
-    recorder = io.EventRecorder()
+    recorder = EventRecorder(Gate(DEFAULT_API_QPS, DEFAULT_API_BURST))
     for _ in range(3):
         recorder.post(job, Event("Warning", "PodFailed", "pod noisy-worker-0: Error, exit code 1"))
     recorder.post(job, Event("Warning", "PodFailed", "pod noisy-worker-0: Error, exit code 2"))

@@ -12,8 +12,12 @@ import urllib3
 from kubernetes import client
 
 from dtjob.kube import client as dtjob_client
-from dtjob.kube import io
+from dtjob.kube import events
+from dtjob.kube.events import EventRecorder
+from dtjob.kube.gate import Gate
+from dtjob.kube.refusals import link_failure, refusal
 from dtjob.plan import Event
+from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
 
 @pytest.fixture
@@ -59,9 +63,11 @@ def test_an_event_the_api_server_never_answers_is_dropped_without_failing_the_pa
 ) -> None:
     # The status is written by then: a failed pass would back off without ever posting the event again.
     monkeypatch.setattr(dtjob_client, "REQUEST_TIMEOUT", (1.0, 0.2))
-    monkeypatch.setattr(io, "core", lambda: api_at(silent_server))
+    monkeypatch.setattr(events, "core", lambda: api_at(silent_server))
     job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}}
-    io.EventRecorder().post(job, Event("Normal", "Created", "the gang is created"))
+    EventRecorder(Gate(DEFAULT_API_QPS, DEFAULT_API_BURST)).post(
+        job, Event("Normal", "Created", "the gang is created")
+    )
 
 
 def test_a_call_to_a_closed_port_is_a_link_failure_said_in_one_line_not_a_refusal() -> None:
@@ -70,6 +76,6 @@ def test_a_call_to_a_closed_port_is_a_link_failure_said_in_one_line_not_a_refusa
         port = server.getsockname()[1]  # closed when the block ends: nothing listens there any more
     with pytest.raises(urllib3.exceptions.HTTPError) as cut:
         api_at(f"http://127.0.0.1:{port}").list_namespaced_pod("default")
-    assert io.refusal(cut.value) is None
-    assert "Connection refused" in (io.link_failure(cut.value) or ""), io.link_failure(cut.value)
-    assert io.link_failure(ValueError("a bug")) is None  # anything else still gets its traceback
+    assert refusal(cut.value) is None
+    assert "Connection refused" in (link_failure(cut.value) or ""), link_failure(cut.value)
+    assert link_failure(ValueError("a bug")) is None  # anything else still gets its traceback

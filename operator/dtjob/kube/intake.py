@@ -34,7 +34,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from dtjob.api.errors import describe
-from dtjob.kube import io
+from dtjob.kube.reads import PodIdentity
 from dtjob.kube.throttle import TokenBucket
 from dtjob.progress import AUDIENCE, Report
 
@@ -66,9 +66,11 @@ class Reporter:
     attempt: int
 
 
-Lookup = Callable[[io.PodIdentity], Reporter | None]
+Lookup = Callable[[PodIdentity], Reporter | None]
 """The pod of a job this operator reads, if the token's pod (name and uid) is one."""
 Take = Callable[[Reporter, Report], None]
+Review = Callable[[str, str], PodIdentity | None]
+"""The apiserver's TokenReview of a token for an audience (Reader.review_token)."""
 
 
 class Busy(Exception):
@@ -76,9 +78,9 @@ class Busy(Exception):
 
 
 class Intake:
-    def __init__(self, lookup: Lookup, take: Take, acting: Callable[[], bool]) -> None:
-        self._lookup, self._take, self._acting = lookup, take, acting
-        self._reviews: OrderedDict[str, tuple[float, io.PodIdentity | None]] = OrderedDict()
+    def __init__(self, lookup: Lookup, take: Take, acting: Callable[[], bool], review: Review) -> None:
+        self._lookup, self._take, self._acting, self._review = lookup, take, acting, review
+        self._reviews: OrderedDict[str, tuple[float, PodIdentity | None]] = OrderedDict()
         self._new_tokens = TokenBucket(REVIEWS_PER_SECOND, REVIEW_BURST)
         self._runner: web.AppRunner | None = None
 
@@ -122,14 +124,14 @@ class Intake:
         self._take(reporter, report)
         return web.Response(status=204)
 
-    async def _identity(self, token: str) -> io.PodIdentity | None:
+    async def _identity(self, token: str) -> PodIdentity | None:
         key = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         if (known := self._reviews.get(key)) is not None and known[0] > now:
             return known[1]
         if not self._new_tokens.try_take():
             raise Busy
-        identity = await asyncio.to_thread(io.review_token, token, AUDIENCE)
+        identity = await asyncio.to_thread(self._review, token, AUDIENCE)
         memory = (
             min(REVIEW_MEMORY_SECONDS, _lifetime(token)) if identity is not None else REFUSAL_MEMORY_SECONDS
         )

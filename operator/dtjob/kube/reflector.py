@@ -26,7 +26,7 @@ from kubernetes.client import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from dtjob.kube.client import REQUEST_TIMEOUT, WATCH_SILENCE_SECONDS
-from dtjob.kube.io import refusal
+from dtjob.kube.refusals import refusal
 
 # The apiserver ends a watch after this long; it is then resumed from the last resourceVersion seen.
 WATCH_SECONDS: Final = 300

@@ -9,16 +9,16 @@ from kubernetes import client
 
 from dtjob import crd
 from dtjob.api import CRD_NAME
-from dtjob.kube import io
+from dtjob.kube.access import Kube
 
 log = logging.getLogger(__name__)
 
 
-def refusal(may_upgrade: bool) -> str | None:
+def refusal(kube: Kube, may_upgrade: bool) -> str | None:
     """Why the operator must not act on jobs with the CRD as installed (None: it may); an older CRD is
     upgraded first when `may_upgrade`."""
     try:
-        found = crd.standing(io.read_crd())
+        found = crd.standing(kube.read.read_crd())
     except client.ApiException as err:
         if err.status != 403:
             raise
@@ -26,7 +26,7 @@ def refusal(may_upgrade: bool) -> str | None:
         return None
     if found.standing == crd.Standing.STALE and may_upgrade:
         try:
-            io.apply_crd(crd.custom_resource_definition())
+            kube.write.apply_crd(crd.custom_resource_definition())
         except client.ApiException as err:
             if err.status != 403:
                 raise
