@@ -89,7 +89,7 @@ def operator_namespace(prefix: str) -> Iterator[Namespace]:
     name = new_namespace(core, prefix)
     namespace = Namespace(core, client.CustomObjectsApi(api), name)
     try:
-        args = ["run", "--standalone", "--namespace", name, "-m", "dtjob.handlers"]
+        args = ["run", "--standalone", "--namespace", name, "-m", "dtjob.runtime"]
         with KopfRunner(args, timeout=60):  # `--namespace` names what its readers watch
             try:
                 yield namespace

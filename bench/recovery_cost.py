@@ -218,9 +218,7 @@ def operator_in_a_namespace(cluster: Cluster, prefix: str) -> Iterator[tuple[cli
     os.environ |= {"DTJOB_PROGRESS_PORT": str(port), "DTJOB_PROGRESS_URL": f"http://{NODE_IP}:{port}/v1/progress",
                    "DTJOB_PROGRESS_STATUS_SECONDS": "1"}  # fmt: skip
     try:
-        with KopfRunner(
-            ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"], timeout=60
-        ):
+        with KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtjob.runtime"], timeout=60):
             yield api, namespace
     finally:
         core.delete_namespace(namespace)

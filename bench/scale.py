@@ -6,7 +6,7 @@ comes back while every other job is live.
                                     [--operator-src PATH]... [--skip PHASE,...] [--keep-nodes]
 
 Tier B (brought up if needed, left up). The operator under test runs as a subprocess,
-`python -m kopf run --standalone --namespace NS -m dtjob.handlers`, with PYTHONPATH=<--operator-src>
+`python -m kopf run --standalone --namespace NS -m dtjob.runtime` (dtjob.handlers in older checkouts), with PYTHONPATH=<--operator-src>
 (default: this checkout's operator/), KUBECONFIG and DTJOB_API_QPS/DTJOB_API_BURST (--qps/--burst), so
 its CPU and memory are read from /proc/PID. Give --operator-src more than once to measure several
 checkouts in one run, one after the other, each in a fresh namespace on the same nodes; e.g. a
@@ -351,21 +351,21 @@ class Operator:
         return self.proc.pid
 
     def start(self) -> None:
+        # The checkout's Kopf module: dtjob.runtime, dtjob.handlers before the reorganisation (4th wave).
+        hooks = "dtjob.runtime" if (self.src / "dtjob" / "runtime").is_dir() else "dtjob.handlers"
         probe = subprocess.run(
-            [sys.executable, "-c", "import dtjob.handlers, dtjob; print(dtjob.__file__)"],
+            [sys.executable, "-c", f"import {hooks}, dtjob; print(dtjob.__file__)"],
             env=self.env, cwd=self.src, capture_output=True, text=True,
         )  # fmt: skip
         where = Path(probe.stdout.strip() or "/nonexistent").resolve()
         if probe.returncode != 0 or not where.is_relative_to(self.src.resolve()):
-            raise SystemExit(
-                f"dtjob.handlers does not import from {self.src}: {probe.stderr[-2000:] or where}"
-            )
+            raise SystemExit(f"{hooks} does not import from {self.src}: {probe.stderr[-2000:] or where}")
         port = free_port()
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", self.namespace,
-                 "-m", "dtjob.handlers", f"--liveness=http://127.0.0.1:{port}/healthz"],
+                 "-m", hooks, f"--liveness=http://127.0.0.1:{port}/healthz"],
                 env=self.env, cwd=self.src, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 

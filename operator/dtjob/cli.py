@@ -66,7 +66,7 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 def _run_operator(args: argparse.Namespace) -> int:
     import kopf  # only the operator needs Kopf; `dtjob crd` and `dtjob docs` stay light
 
-    import dtjob.handlers  # noqa: F401  (registers the handlers)
+    import dtjob.runtime  # noqa: F401  (registers the Kopf hooks)
     from dtjob.settings import NAMESPACES_VARIABLE
 
     os.environ[NAMESPACES_VARIABLE] = ",".join(args.namespace)  # what the operator's readers watch

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from dtjob.api import CRD_NAME
 from dtjob.crd import REVISION_ANNOTATION, SCHEMA_REVISION
-from dtjob.handlers import LEGACY_FINALIZER
+from dtjob.runtime.legacy import LEGACY_FINALIZER
 from hack import images, releases
 from localcluster import Cluster, sim
 from tests.support.chart import CHART

@@ -45,7 +45,7 @@ def own_nodes(cluster_b: Cluster, core: client.CoreV1Api) -> Iterator[list[str]]
 @pytest.fixture
 def adapter_log() -> Iterator[Records]:
     """What the in-process operator's adapter logs (a failed pass says "reconcile of ...")."""
-    records, logger = Records(), logging.getLogger("dtjob.handlers")
+    records, logger = Records(), logging.getLogger("dtjob.runtime")
     logger.addHandler(records)
     yield records
     logger.removeHandler(records)

@@ -16,11 +16,12 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 import dtjob.plan
-from dtjob.handlers import Queue, _pass
+from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
 from dtjob.observed import pod_essentials
 from dtjob.plan import Event, reconcile
+from dtjob.runtime.one_pass import Queue, run_pass
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
 from localcluster import Cluster, sim
 from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
@@ -197,8 +198,9 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     assert reconcile(job, [], now).status["phase"] == "Restarting"
     # The pass asks first: they exist, so nothing restarts and nothing is written.
     slot = threading.BoundedSemaphore(1)
-    plan, _, _, lagging = _pass(
-        slot, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False, {}), None
+    kube = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST)
+    plan, _, _, lagging = run_pass(
+        slot, kube, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False, {}), None
     )
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
@@ -214,9 +216,9 @@ def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
 ) -> None:
     """An error outside the pass's own try (here: reading the cached children) kills the job's loop; it is
     started again within seconds, says so in an Event, and the job goes on as if nothing happened."""
-    import dtjob.handlers
+    import dtjob.runtime.loop
 
-    real, broken = dtjob.handlers._children, []
+    real, broken = dtjob.runtime.loop.children_seen, []
 
     def children_once(*args: Any) -> Any:
         if not broken:
@@ -224,7 +226,7 @@ def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
             raise RuntimeError("injected: the cache could not be read")
         return real(*args)
 
-    monkeypatch.setattr(dtjob.handlers, "_children", children_once)
+    monkeypatch.setattr(dtjob.runtime.loop, "children_seen", children_once)
     jobs.create(pytorch_job("phoenix"))
     jobs.wait_pods("phoenix", 2, "Running", timeout=30)
     restarted = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LoopRestarted"]

@@ -21,7 +21,7 @@ from tests.support.waiting import wait_for
 @contextlib.contextmanager
 def running_operator(cluster: Cluster, namespace: str) -> Iterator[KopfRunner]:
     """`kopf run --namespace` in this process: Kopf's own option names what the operator's readers watch."""
-    args = ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.handlers"]
+    args = ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.runtime"]
     with KopfRunner(args, timeout=60) as runner:
         yield runner
     # A clean stop, and no handler ever crashed with a traceback.

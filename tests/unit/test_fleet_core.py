@@ -10,20 +10,11 @@ from typing import Any
 import pytest
 
 from dtjob.api import NcclProfileName
-from dtjob.handlers import (
-    CREATED_MEMORY,
-    RESYNC_SECONDS,
-    Created,
-    _backoff,
-    _children,
-    _freshest,
-    _namesakes,
-    _next_pass_in,
-    _remember_created,
-)
 from dtjob.kube.throttle import TokenBucket
 from dtjob.observed import classify, node_essentials, node_view, pod_essentials
 from dtjob.plan import Plan
+from dtjob.runtime.created import CREATED_MEMORY, Created, children_seen, remember_created
+from dtjob.runtime.loop import RESYNC_SECONDS, backoff, freshest, namesakes, next_pass_in
 from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces
 from tests.support.builders import (
     NOW,
@@ -158,12 +149,12 @@ def _job(uid: str, version: str) -> dict[str, Any]:
 def test_a_pass_decides_on_the_newest_copy_of_the_job(
     watched: dict[str, Any], written: dict[str, Any] | None, expected: dict[str, Any]
 ) -> None:
-    assert _freshest(watched, written) == expected
+    assert freshest(watched, written) == expected
 
 
 def test_the_back_off_doubles_with_jitter_up_to_its_ceiling() -> None:
     for failures, ceiling in [(1, 0.5), (2, 1.0), (5, 8.0), (40, 300.0)]:
-        waits = {_backoff(failures) for _ in range(50)}
+        waits = {backoff(failures) for _ in range(50)}
         assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(waits) > 1
 
 
@@ -175,15 +166,15 @@ def test_created_pods_count_until_the_watch_delivers_them_then_overdue_ones_go_t
     pods = pods_of(manifest(("Worker", 3)))
     first, second, third = (pod_essentials(pods[f"mnist-worker-{i}"]) for i in range(3))
     created: Created = {}
-    _remember_created(created, [first, second, third], watched=[third], now=NOW)
+    remember_created(created, [first, second, third], watched=[third], now=NOW)
     assert set(created) == {first["metadata"]["uid"], second["metadata"]["uid"]}  # the watch had the third
 
-    children, overdue = _children(UID, [], [third], created, NOW)
+    children, overdue = children_seen(UID, [], [third], created, NOW)
     assert names(children) == [f"mnist-worker-{i}" for i in range(3)] and overdue == []
-    children, overdue = _children(UID, [], [first, third], created, NOW)
+    children, overdue = children_seen(UID, [], [first, third], created, NOW)
     assert names(children) == names([first, second, third]) and overdue == []
     assert set(created) == {second["metadata"]["uid"]}  # delivered by the watch: forgotten
-    children, overdue = _children(UID, [], [third], created, NOW + CREATED_MEMORY * 2)
+    children, overdue = children_seen(UID, [], [third], created, NOW + CREATED_MEMORY * 2)
     assert names(children) == ["mnist-worker-2"] and overdue == [second]
     assert created == {}  # not delivered in CREATED_MEMORY: the pass asks the API server about it
 
@@ -194,16 +185,16 @@ def test_a_pass_that_awaits_created_pods_comes_back_once_they_would_be_forgotten
     job's view until the resync: the pass after CREATED_MEMORY sees it is gone."""
     job = {"status": {"phase": phase}}
     soon = CREATED_MEMORY.total_seconds() + 1
-    assert _next_pass_in(Plan(), job, awaiting_watch=True) == soon
-    assert _next_pass_in(Plan(requeue_after=2.0), job, awaiting_watch=True) == 2.0
-    assert _next_pass_in(Plan(requeue_after=600.0), job, awaiting_watch=True) == soon
-    assert _next_pass_in(Plan(), job) == (None if phase == "Succeeded" else RESYNC_SECONDS)
+    assert next_pass_in(Plan(), job, awaiting_watch=True) == soon
+    assert next_pass_in(Plan(requeue_after=2.0), job, awaiting_watch=True) == 2.0
+    assert next_pass_in(Plan(requeue_after=600.0), job, awaiting_watch=True) == soon
+    assert next_pass_in(Plan(), job) == (None if phase == "Succeeded" else RESYNC_SECONDS)
 
 
 def test_children_are_only_those_the_job_owns() -> None:
     pod = pod_essentials(POD)
     namesake = {**pod, "metadata": {**pod["metadata"], "ownerReferences": [{"uid": "an-older-job"}]}}
-    assert _children(UID, [], [pod, namesake], {}, NOW) == ([pod], [])
+    assert children_seen(UID, [], [pod, namesake], {}, NOW) == ([pod], [])
 
 
 def test_pods_an_earlier_job_of_the_same_name_owns_are_namesakes_that_hold_the_new_gangs_names() -> None:
@@ -211,7 +202,5 @@ def test_pods_an_earlier_job_of_the_same_name_owns_are_namesakes_that_hold_the_n
         return {"metadata": {"name": name, "ownerReferences": [{"kind": kind, "uid": owner_uid}]}}
 
     ours, earlier = pod("again-worker-0", "new"), pod("again-worker-1", "old")
-    assert (
-        _namesakes([ours, earlier, pod("again-worker-0", "old")], "new") == "again-worker-0, again-worker-1"
-    )
-    assert _namesakes([ours, pod("x", "rs", kind="ReplicaSet")], "new") == ""  # not a job's: left alone
+    assert namesakes([ours, earlier, pod("again-worker-0", "old")], "new") == "again-worker-0, again-worker-1"
+    assert namesakes([ours, pod("x", "rs", kind="ReplicaSet")], "new") == ""  # not a job's: left alone
