@@ -6,7 +6,7 @@ the floor's clock starts at each job's first pod create, so the floor's own queu
 800 pods take ~5.6 s) is left out of its figures. This module runs in dtjob's place (the harness's
 DTJOB_MODULE) and does the least a controller can: for each job its watch delivers, the floor's own pods
 (the harness's `Floor.pod`, no owner, no Service, no status), created from 16 threads without a rate limit.
-Its p50 over the floor's is what no controller can beat on that cluster (docs/architecture.md):
+Its p50 over the floor's is what no controller can beat on that cluster (docs/measurements.md):
 
     cd <repo> && PEERS_DIR=/tmp/peers DTJOB_REPO=$PWD DTJOB_MODULE=bench.ideal_controller \
         .venv/bin/python ../shared/peers/bench_peers.py startup --order floor,dtjob --tag ideal
