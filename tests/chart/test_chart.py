@@ -210,7 +210,7 @@ USED: dict[tuple[str, str, str], str] = {
     ("training.dtjob.io", "distributedtrainingjobs", "list"): "list_namespaced_custom_object, GROUP",
     ("training.dtjob.io", "distributedtrainingjobs", "watch"): "list_namespaced_custom_object, GROUP",
     # A pass removes the finalizer earlier versions put on jobs.
-    ("training.dtjob.io", "distributedtrainingjobs", "patch"): "io.drop_finalizer, job, LEGACY_FINALIZER",
+    ("training.dtjob.io", "distributedtrainingjobs", "patch"): "write.drop_finalizer, job, LEGACY_FINALIZER",
     ("training.dtjob.io", "distributedtrainingjobs", "delete"): ".delete_namespaced_custom_object(",
     (
         "training.dtjob.io",

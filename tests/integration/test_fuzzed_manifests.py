@@ -128,7 +128,9 @@ def outcome(jobs: Jobs, name: str, suspended: bool) -> tuple[str, str]:
         if phase == "Invalid":
             condition = next(c for c in status["conditions"] if c["type"] == "Invalid")
             return "invalid", condition["message"]
-        if phase and (suspended or jobs.pods(name)):
+        # Its pods seen, or recorded as created: a deadline of a second may take them before a poll sees
+        # them (on a busy machine the job was Failed, its pods gone, at the first look).
+        if phase and (suspended or jobs.pods(name) or status.get("createdAttempt")):
             return "runs", phase
         return None
 
