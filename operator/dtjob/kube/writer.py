@@ -75,6 +75,10 @@ class Writer:
         self._events = events or EventRecorder(gate)
         self._creators = ThreadPoolExecutor(CREATES_AT_ONCE, thread_name_prefix="create")
 
+    def close(self) -> None:
+        """No pod create is taken any more; those under way end (their pass waits for them)."""
+        self._creators.shutdown(wait=False)
+
     def post_event(self, job: Mapping[str, Any], event: Event) -> None:
         """Best effort: a failure is logged, never raised (EventRecorder)."""
         self._events.post(job, event)

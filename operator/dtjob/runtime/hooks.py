@@ -161,6 +161,8 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
             await asyncio.to_thread(runtime.executor.shutdown, wait=True)
     except TimeoutError:  # a request stuck past its own deadline: its thread stays fenced off
         log.warning("passes still under way after %.0fs; stopping anyway", SHUTDOWN_GRACE_SECONDS)
+    # The runtime's own pod creators: an operator run in-process (the tests) leaves no idle threads behind.
+    runtime.kube.write.close()
     if runtime.election is not None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
