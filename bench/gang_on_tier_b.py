@@ -20,7 +20,7 @@ os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
 from kopf.testing import KopfRunner
 from kubernetes import client, config
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.core.names import ATTEMPT_LABEL
 from tests.support.jobs import GROUP, JOB_LABEL, PLURAL, VERSION
 
 CRD_FILE = "crds/training.dtjob.io_distributedtrainingjobs.yaml"

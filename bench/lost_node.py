@@ -34,7 +34,7 @@ os.environ["KUBECONFIG"] = str(Layout.from_env().kubeconfig())
 
 
 from bench.recovery_cost import PHASES, SPARE, Run, operator_in_a_namespace, pause, wait
-from dtjob.names import JOB_NAME_LABEL, SPARE_LABEL
+from dtjob.core.names import JOB_NAME_LABEL, SPARE_LABEL
 from hack import images
 from localcluster import Cluster, Tier
 from localcluster.node import NODE_LABEL, Node

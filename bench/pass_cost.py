@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def measure(passes: int) -> dict[str, float]:
     """Microseconds a pass (median of 5 rounds), in this interpreter's `dtjob`."""
-    from dtjob.plan import reconcile
+    from dtjob.core.plan import reconcile
     from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
     from tests.support.kueue import QUEUED, workload
 
@@ -87,8 +87,8 @@ def _steady(
 def _progress_cases(
     job: dict[str, Any], pods: list[dict[str, Any]], now: datetime
 ) -> dict[str, Callable[[], object]]:
-    from dtjob.plan import reconcile
-    from dtjob.progress import Ledger, Report, received
+    from dtjob.core.plan import reconcile
+    from dtjob.core.progress import Ledger, Report, received
 
     watched = {**job, "spec": {**job["spec"], "runPolicy": {"progressDeadlineSeconds": 300}}}
     ledger: Ledger | None = None

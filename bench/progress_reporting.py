@@ -27,7 +27,7 @@ from typing import Any, Final
 import aiohttp
 from kubernetes import client
 
-from dtjob.progress import AUDIENCE
+from dtjob.core.progress import AUDIENCE
 
 CONNECTIONS: Final = 64
 TOKEN_THREADS: Final = 16

@@ -46,7 +46,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from dtjob.api import GROUP, PLURAL, VERSION, parse_timestamp
-from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL
+from dtjob.core.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier

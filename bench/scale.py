@@ -68,8 +68,8 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from bench.gang_on_tier_b import CRD_FILE, Namespace, new_namespace, tier_b, wait
 from bench.progress_reporting import reporting
+from dtjob.core.names import ATTEMPT_LABEL
 from dtjob.kube.throttle import TokenBucket
-from dtjob.names import ATTEMPT_LABEL
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 from localcluster import Cluster, fakenodes, sim
 from localcluster.cluster import TIER_COMPONENTS

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dtjob.plan import Plan, status_patch
+from dtjob.core.plan import Plan, status_patch
 from tests.support.worlds import GANGS, job_of, passes
 
 RECORD = Path(__file__).parent / "data" / "plan-corpus.json"

@@ -7,10 +7,10 @@ from typing import Any, Final
 
 import yaml
 
-from dtjob import desired
 from dtjob.api import API_VERSION, KIND, SHORT_NAMES
+from dtjob.core import render
+from dtjob.core.gke import AUTO_PROFILES
 from dtjob.crd import custom_resource_definition
-from dtjob.nccl import AUTO_PROFILES
 
 DOCS_FILE: Final = "docs/api.md"
 
@@ -67,7 +67,7 @@ def render_markdown() -> str:
         "",
         "## What each pod receives",
         "",
-        *(desired.__doc__ or "").splitlines()[2:],
+        *(render.__doc__ or "").splitlines()[2:],
         "",
         "Example: the env of `mnist-worker-1` for this job (Master + 2 Workers, 2 L4 GPUs each):",
         "",
@@ -138,7 +138,7 @@ def _rules(root: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _example_env() -> list[dict[str, Any]]:
-    pods = desired.render_children(EXAMPLE, attempt=1)
+    pods = render.render_children(EXAMPLE, attempt=1)
     worker = next(p for p in pods if p["metadata"]["name"] == "mnist-worker-1")
     env: list[dict[str, Any]] = worker["spec"]["containers"][0]["env"]
     return env

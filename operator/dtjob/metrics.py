@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, s
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dtjob.progress import Ledger
+from dtjob.core.progress import Ledger
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Invalid")
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dtjob.desired import render_children
-from dtjob.nccl import HEALTH_CHECK_FILE
-from dtjob.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.gke import HEALTH_CHECK_FILE
+from dtjob.core.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.render import render_children
 from hack import images
 from localcluster import Cluster
 from tests.support.builders import manifest

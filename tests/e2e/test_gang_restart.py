@@ -17,7 +17,7 @@ import yaml
 from dtjob_trainer.checkpoint_files import CheckpointDirectory
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL, RANK_LABEL, RENDEZVOUS_HOST_ANNOTATION, SPARE_LABEL
+from dtjob.core.names import ATTEMPT_LABEL, RANK_LABEL, RENDEZVOUS_HOST_ANNOTATION, SPARE_LABEL
 from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster

@@ -16,7 +16,7 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.core.names import ATTEMPT_LABEL
 from localcluster import Cluster, fakenodes, sim
 from tests.support.jobs import (
     OWN_NODE_TAINT,

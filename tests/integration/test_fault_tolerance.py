@@ -11,7 +11,7 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL, named_as_spare
+from dtjob.core.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
 from tests.support.jobs import Jobs, events_of, gang_job, gang_of_attempt, status_of, still_there
 from tests.support.operator import running_operator

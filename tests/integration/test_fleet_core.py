@@ -15,12 +15,12 @@ import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-import dtjob.plan
+import dtjob.core.plan
+from dtjob.core.observed import pod_essentials
+from dtjob.core.plan import Event, reconcile
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
-from dtjob.observed import pod_essentials
-from dtjob.plan import Event, reconcile
 from dtjob.runtime.one_pass import Queue, run_pass
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
 from localcluster import Cluster, sim
@@ -74,14 +74,14 @@ def test_an_upgraded_render_never_touches_running_pods_and_reaches_the_next_atte
     before = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}
 
     # The next operator version renders one more environment variable into every pod.
-    render_pod: Callable[..., dict[str, Any]] = dtjob.plan.render_pod
+    render_pod: Callable[..., dict[str, Any]] = dtjob.core.plan.render_pod
 
     def newer_render(*args: Any) -> dict[str, Any]:
         pod = render_pod(*args)
         pod["spec"]["containers"][0]["env"].append({"name": "NEW_IN_V2", "value": "1"})
         return pod
 
-    monkeypatch.setattr(dtjob.plan, "render_pod", newer_render)
+    monkeypatch.setattr(dtjob.core.plan, "render_pod", newer_render)
     with running_operator(cluster_b, namespace) as runner:
         wake(jobs, "upgrade", 1)
         after = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}

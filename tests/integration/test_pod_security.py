@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dtjob.desired import render_children
+from dtjob.core.render import render_children
 from localcluster import Cluster
 from tests.support.builders import manifest
 from tests.support.chart import by_kind, render

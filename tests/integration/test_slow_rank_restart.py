@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.core.names import ATTEMPT_LABEL
 from localcluster import Cluster
 from tests.support.http import post
 from tests.support.jobs import Jobs, pytorch_job

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, RANK_LABEL, SPARE_LABEL, named_as_spare
+from dtjob.core.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, RANK_LABEL, SPARE_LABEL, named_as_spare
 from localcluster import Cluster, sim
 from tests.support.chaos import PodLedger
 from tests.support.jobs import Jobs, pytorch_job

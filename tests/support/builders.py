@@ -8,9 +8,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob.desired import render_children
-from dtjob.nccl import PROFILES
-from dtjob.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.gke import PROFILES
+from dtjob.core.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.render import render_children
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 UID = "11111111-2222-3333-4444-555555555555"

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from kubernetes import client, watch
 
-from dtjob.names import ATTEMPT_LABEL, JOB_NAME_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL
+from dtjob.core.names import ATTEMPT_LABEL, JOB_NAME_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL
 from localcluster import Cluster, sim
 from tests.support.jobs import Jobs, gang_of_attempt, pytorch_job, status_of
 from tests.support.paths import REPO

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dtjob.names import ATTEMPT_LABEL
+from dtjob.core.names import ATTEMPT_LABEL
 from tests.support.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "training.dtjob.io", "v1alpha1", "distributedtrainingjobs"

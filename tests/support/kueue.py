@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob import kueue
-from dtjob.plan import reconcile
+from dtjob.core import kueue
+from dtjob.core.plan import reconcile
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
 
 ACCELERATOR = {"type": "nvidia-h100-80gb", "count": 8}

@@ -1,6 +1,6 @@
 """Run a job's pods as local processes, with exactly the command and env the operator renders.
 
-The pods come from the operator's own `dtjob.desired.render_children` applied to a manifest from
+The pods come from the operator's own `dtjob.core.render.render_children` applied to a manifest from
 examples/. Only what a pod network and the kubelet would provide is substituted:
 - rank 0's DNS name (MASTER_ADDR, PET_MASTER_ADDR) and every TF_CONFIG host become 127.0.0.1, and the
   ports become free local ports, since all "pods" share this machine's network namespace;
@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from dtjob.desired import render_children
-from dtjob.names import SPARE_LABEL
+from dtjob.core.names import SPARE_LABEL
+from dtjob.core.render import render_children
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.plan import Plan, status_patch
+from dtjob.core.plan import Plan, status_patch
 from tests.support.builders import SHARED_CHECKPOINTS, manifest, merged
 
 JOB = manifest(("Master", 1), ("Worker", 2), checkpoint=SHARED_CHECKPOINTS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from dtjob.progress import Ledger, Report, received
+from dtjob.core.progress import Ledger, Report, received
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
 
 DEADLINE = 60

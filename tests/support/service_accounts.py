@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from dtjob.progress import AUDIENCE
+from dtjob.core.progress import AUDIENCE
 from localcluster import Cluster
 from tests.support.jobs import GROUP
 from tests.support.waiting import wait_for

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from dtjob import kueue
-from dtjob.names import ATTEMPT_LABEL
-from dtjob.plan import Plan, reconcile, status_patch
-from dtjob.progress import Ledger, Report, received
+from dtjob.core import kueue
+from dtjob.core.names import ATTEMPT_LABEL
+from dtjob.core.plan import Plan, reconcile, status_patch
+from dtjob.core.progress import Ledger, Report, received
 from tests.support.builders import (
     NOW,
     SHARED_CHECKPOINTS,

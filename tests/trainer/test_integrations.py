@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from dtjob.progress import Report
+from dtjob.core.progress import Report
 from tests.support.local_intake import intake
 
 STEPS, BATCH, SAVE_EVERY = 30, 4, 10

@@ -11,7 +11,7 @@ import pytest
 from dtjob_trainer.exit_codes import PREFLIGHT_FAILED
 from dtjob_trainer.preflight import Measurement, judge, transport_from_nccl_log
 
-from dtjob.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.preflight import PREFLIGHT_CONTAINER
 from tests.support.local_gang import local_job, rendered_pods, running
 
 # NCCL INFO lines as GKE's pages and public GKE lab write-ups show them (read 2026-11-23): a healthy
@@ -112,7 +112,7 @@ def test_the_operators_mirror_of_the_preflight_agrees_with_the_runtime() -> None
     """The operator does not import the trainer runtime: what it renders and reads must match it."""
     from dtjob_trainer import preflight as runtime
 
-    from dtjob import preflight as operator
+    from dtjob.core import preflight as operator
 
     assert (operator.PASSED, operator.FAILED) == (runtime.PASSED, runtime.FAILED)
     assert ("python", "-m", runtime.__name__) == operator.COMMAND

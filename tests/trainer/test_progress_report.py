@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dtjob_trainer.progress_report import ProgressPoster
 
-from dtjob.progress import Phase, Report
+from dtjob.core.progress import Phase, Report
 from tests.support.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running
 from tests.support.local_intake import intake, last_reports, reporting_to
 from tests.support.waiting import wait_for

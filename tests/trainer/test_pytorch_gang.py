@@ -16,9 +16,9 @@ from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
 from dtjob.api import Role, parse_job
-from dtjob.desired import render_spare
-from dtjob.frameworks import Gang
-from dtjob.names import JobRef
+from dtjob.core.frameworks import Gang
+from dtjob.core.names import JobRef
+from dtjob.core.render import render_spare
 from tests.support.local_gang import (
     RUN_TIMEOUT_S,
     LocalPod,

@@ -9,7 +9,7 @@ from pathlib import Path
 from dtjob_trainer.environment import DEFAULT_PREEMPTION_BUDGET_SECONDS
 from dtjob_trainer.exit_codes import PREEMPTED_CHECKPOINT_SAVED
 
-from dtjob.progress import Report
+from dtjob.core.progress import Report
 from tests.support.local_gang import RUN_TIMEOUT_S, local_job, rendered_pods, running, scrape, train
 from tests.support.local_intake import intake, last_reports, reporting_to
 

@@ -11,12 +11,12 @@ import pytest
 import urllib3
 from kubernetes import client
 
+from dtjob.core.plan import Event
 from dtjob.kube import client as dtjob_client
 from dtjob.kube import events
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
 from dtjob.kube.refusals import link_failure, refusal
-from dtjob.plan import Event
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dtjob.api import NcclProfileName
-from dtjob.nccl import Installer, daemon_mismatch
-from dtjob.plan import Event, reconcile
+from dtjob.core.gke import Installer, daemon_mismatch
+from dtjob.core.plan import Event, reconcile
 from tests.support.builders import GKE_NETWORKS, NOW, manifest
 
 REGISTRY = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo"

@@ -8,9 +8,9 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from dtjob.nccl import DAEMON_NOT_READY_RESTARTS
-from dtjob.observed import PodState, classify, pod_essentials
-from dtjob.plan import reconcile
+from dtjob.core.gke import DAEMON_NOT_READY_RESTARTS
+from dtjob.core.observed import PodState, classify, pod_essentials
+from dtjob.core.plan import reconcile
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
 from tests.support.plan import after
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.desired import render_children, render_pod
-from dtjob.frameworks import Gang
-from dtjob.names import JobRef
-from dtjob.nccl import GPUDIRECT_TCPXO
+from dtjob.core.frameworks import Gang
+from dtjob.core.gke import GPUDIRECT_TCPXO
+from dtjob.core.names import JobRef
+from dtjob.core.render import render_children, render_pod
 from tests.support.builders import UID, container, manifest, template
 
 SVC = "mnist.team-a.svc"

@@ -7,7 +7,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from dtjob.plan import Plan, reconcile, status_patch
+from dtjob.core.plan import Plan, reconcile, status_patch
 from tests.support.builders import (
     NOW,
     SHARED_CHECKPOINTS,

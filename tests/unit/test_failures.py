@@ -1,4 +1,4 @@
-"""How a failed pod failed, and whether two attempts failed alike (dtjob.failures)."""
+"""How a failed pod failed, and whether two attempts failed alike (dtjob.core.failures)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dtjob.api import FailureSignature, LastRestart
-from dtjob.failures import describe, repeated, signature, signatures
-from dtjob.observed import PodState, PodView
+from dtjob.core.failures import describe, repeated, signature, signatures
+from dtjob.core.observed import PodState, PodView
 
 TORCHRUN_LOG = Path(__file__).parent / "data" / "torchrun-child-failed.log"
 

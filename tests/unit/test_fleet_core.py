@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dtjob.api import NcclProfileName
+from dtjob.core.observed import classify, node_essentials, node_view, pod_essentials
+from dtjob.core.plan import Plan
 from dtjob.kube.throttle import TokenBucket
-from dtjob.observed import classify, node_essentials, node_view, pod_essentials
-from dtjob.plan import Plan
 from dtjob.runtime.created import CREATED_MEMORY, Created, children_seen, remember_created
 from dtjob.runtime.loop import RESYNC_SECONDS, backoff, freshest, namesakes, next_pass_in
 from dtjob.settings import OperatorSettings, from_env, kopf_run_namespaces

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.desired import render_pod
-from dtjob.frameworks import Gang
-from dtjob.names import JobRef
-from dtjob.nccl import Installer, choose, on_autopilot
-from dtjob.plan import reconcile
+from dtjob.core.frameworks import Gang
+from dtjob.core.gke import Installer, choose, on_autopilot
+from dtjob.core.names import JobRef
+from dtjob.core.plan import reconcile
+from dtjob.core.render import render_pod
 from tests.support.builders import NOW, manifest
 
 AUTOPILOT = yaml.safe_load(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob.plan import reconcile
+from dtjob.core.plan import reconcile
 from tests.support.builders import GKE_NETWORKS, NOW, UID
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))

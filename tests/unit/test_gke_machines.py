@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.nccl import MACHINES, choose
+from dtjob.core.gke import MACHINES, choose
 from tests.support.builders import manifest
 
 FAMILIES: dict[str, Any] = yaml.safe_load(

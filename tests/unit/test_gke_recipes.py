@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.desired import SHM_VOLUME, render_children
-from dtjob.nccl import GPUDIRECT_TCPXO, TCPXO_DAEMON_FOR_PLUGIN, choose
+from dtjob.core.gke import GPUDIRECT_TCPXO, TCPXO_DAEMON_FOR_PLUGIN, choose
+from dtjob.core.render import SHM_VOLUME, render_children
 from tests.support.builders import container, manifest, pods_of, template
 
 RECIPES = Path(__file__).parents[1] / "data" / "gke_recipes"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from dtjob.api import Goodput
-from dtjob.plan import reconcile
-from dtjob.progress import Ledger, Report, received
+from dtjob.core.plan import reconcile
+from dtjob.core.progress import Ledger, Report, received
 from tests.support.builders import exited, pods_of, running, service_of
 from tests.support.plan import after
 from tests.support.progress import JOB, MASTER, WORKER, at

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from dtjob.desired import ATTEMPT_FILE, ATTEMPT_VOLUME
-from dtjob.names import ATTEMPT_LABEL
-from dtjob.plan import Relabel, reconcile
+from dtjob.core.names import ATTEMPT_LABEL
+from dtjob.core.plan import Relabel, reconcile
+from dtjob.core.render import ATTEMPT_FILE, ATTEMPT_VOLUME
 from tests.support.builders import (
     NOW,
     SHUTTING_DOWN,

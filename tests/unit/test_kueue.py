@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob import kueue
-from dtjob.plan import Plan, reconcile
+from dtjob.core import kueue
+from dtjob.core.plan import Plan, reconcile
 from tests.support.builders import NOW, exited, pods_of, running, service_of
 from tests.support.kueue import JOB, QUEUED, workload
 from tests.support.plan import after, applied, condition

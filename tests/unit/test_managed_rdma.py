@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.desired import GPU_NIC_CLAIM, render_children, trainer_container
-from dtjob.nccl import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
-from dtjob.plan import reconcile
-from dtjob.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.gke import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
+from dtjob.core.plan import reconcile
+from dtjob.core.preflight import PREFLIGHT_CONTAINER
+from dtjob.core.render import GPU_NIC_CLAIM, render_children, trainer_container
 from tests.support.builders import GKE_NETWORKS, NOW, manifest
 
 B200 = {"type": "nvidia-b200", "count": 8}

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.nccl import NetworkChoice, choose
-from dtjob.plan import Event, reconcile
+from dtjob.core.gke import NetworkChoice, choose
+from dtjob.core.plan import Event, reconcile
 from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
 
 H100 = {"type": "nvidia-h100-80gb", "count": 8}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dtjob.api import Role
-from dtjob.observed import (
+from dtjob.core.observed import (
     IMAGE_PULL_GRACE,
     NODE_NOT_READY_GRACE,
     PodState,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dtjob.desired import render_children
-from dtjob.plan import Delete, Event, Relabel, reconcile, refused_pods
+from dtjob.core.plan import Delete, Event, Relabel, reconcile, refused_pods
+from dtjob.core.render import render_children
 from tests.support.builders import (
     NOW,
     container,

@@ -10,10 +10,7 @@ from typing import Any
 import pytest
 
 from dtjob.api import TRAINER_CHECKPOINT_SAVED_EXIT_CODE, DistributedTrainingJobSpec, JobStatus, RestartPolicy
-from dtjob.frameworks import Gang
-from dtjob.names import JobRef
-from dtjob.observed import classify, observe
-from dtjob.policy import (
+from dtjob.core.decide import (
     MESSAGE_TAIL_CHARS,
     Action,
     Decision,
@@ -23,6 +20,9 @@ from dtjob.policy import (
     decide,
     fault_of,
 )
+from dtjob.core.frameworks import Gang
+from dtjob.core.names import JobRef
+from dtjob.core.observed import classify, observe
 from tests.support.builders import (
     NOW,
     deleting,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dtjob.plan import Event, reconcile
-from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
+from dtjob.core.plan import Event, reconcile
+from dtjob.core.preflight import PREFLIGHT_CONTAINER, result_of
 from tests.support.builders import (
     GKE_NETWORKS,
     NOW,

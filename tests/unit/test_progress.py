@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.desired import render_children, render_pod
-from dtjob.frameworks import Gang
-from dtjob.names import JobRef
-from dtjob.plan import Event, reconcile
-from dtjob.progress import Phase, Report, judge, received, slow_ranks, stall_message, summary
+from dtjob.core.frameworks import Gang
+from dtjob.core.names import JobRef
+from dtjob.core.plan import Event, reconcile
+from dtjob.core.progress import Phase, Report, judge, received, slow_ranks, stall_message, summary
+from dtjob.core.render import render_children, render_pod
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
 from tests.support.plan import after
 from tests.support.progress import DEADLINE, JOB, MASTER, WORKER, at, reports

@@ -22,8 +22,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dtjob.names import ATTEMPT_LABEL, SPARE_LABEL
-from dtjob.plan import Plan, status_patch
+from dtjob.core.names import ATTEMPT_LABEL, SPARE_LABEL
+from dtjob.core.plan import Plan, status_patch
 from tests.support.builders import merged
 from tests.support.worlds import GANGS, Choose, job_of, passes, plan_of
 

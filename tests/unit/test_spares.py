@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.names import (
+from dtjob.core.names import (
     ATTEMPT_LABEL,
     ATTEMPT_RESYNC_ANNOTATION,
     RANK_LABEL,
@@ -18,8 +18,8 @@ from dtjob.names import (
     REPLICA_INDEX_LABEL,
     SPARE_LABEL,
 )
-from dtjob.plan import Plan, Relabel, reconcile
-from dtjob.progress import Report, received
+from dtjob.core.plan import Plan, Relabel, reconcile
+from dtjob.core.progress import Report, received
 from tests.support.builders import (
     NOW,
     SHUTTING_DOWN,

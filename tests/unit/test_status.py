@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dtjob.api import Condition, ConditionType, JobStatus
-from dtjob.plan import read_status, reconcile
-from dtjob.status import Event, transition_events
+from dtjob.core.plan import read_status, reconcile
+from dtjob.core.status import Event, transition_events
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
 
 JOB = manifest(("Worker", 2), checkpoint=SHARED_CHECKPOINTS)

@@ -14,7 +14,7 @@ from typing import Any, Final, cast
 from kubernetes import client, config, watch
 
 from dtjob.api import GROUP, PLURAL, VERSION
-from dtjob.names import JOB_NAME_LABEL
+from dtjob.core.names import JOB_NAME_LABEL
 
 Obj = dict[str, Any]
 # A followed log holds a connection each: room for big gangs without urllib3 dropping connections.

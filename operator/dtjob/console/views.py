@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dtjob.api import FRAMEWORK_ROLES, Framework, parse_timestamp
-from dtjob.names import ATTEMPT_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, TRAINER_CONTAINER
+from dtjob.core.names import ATTEMPT_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, TRAINER_CONTAINER
 
 Obj = Mapping[str, Any]
 
@@ -157,7 +157,7 @@ def attempt_of(pod: Obj) -> int:
 
 
 def rank(job: Obj, pod: Obj) -> int | None:
-    """The pod's rank: the framework's roles in order, then the index (dtjob.frameworks.gang). None for a
+    """The pod's rank: the framework's roles in order, then the index (dtjob.core.gang). None for a
     pod the spec does not account for."""
     labels = pod["metadata"].get("labels") or {}
     try:

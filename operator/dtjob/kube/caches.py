@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dtjob import kueue
 from dtjob.api import GROUP, PLURAL, VERSION
+from dtjob.core import kueue
+from dtjob.core.names import JOB_NAME_LABEL
+from dtjob.core.observed import node_essentials, pod_essentials
 from dtjob.kube.client import core, custom, networking
 from dtjob.kube.reflector import Lister, Reflector
-from dtjob.names import JOB_NAME_LABEL
-from dtjob.observed import node_essentials, pod_essentials
 
 JobKey = tuple[str, str]
 G = TypeVar("G")

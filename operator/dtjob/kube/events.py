@@ -13,9 +13,9 @@ import urllib3
 from kubernetes import client
 
 from dtjob.api import GROUP, KIND, VERSION
+from dtjob.core.plan import Event
 from dtjob.kube.client import core
 from dtjob.kube.gate import FIELD_MANAGER, Gate
-from dtjob.plan import Event
 
 # Aggregated events remembered (LRU); one forgotten just starts a new Event with count 1.
 EVENT_MEMORY: Final = 4096

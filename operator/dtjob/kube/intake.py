@@ -34,9 +34,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from dtjob.api.errors import describe
+from dtjob.core.progress import AUDIENCE, Report
 from dtjob.kube.reads import PodIdentity
 from dtjob.kube.throttle import TokenBucket
-from dtjob.progress import AUDIENCE, Report
 
 PATH: Final = "/v1/progress"
 MAX_BODY_BYTES: Final = 16 * 1024

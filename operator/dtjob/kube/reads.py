@@ -17,12 +17,9 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from dtjob import kueue
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
-from dtjob.kube.client import api_client, apps, core, custom, resource
-from dtjob.kube.gate import Gate
-from dtjob.names import JOB_NAME_LABEL
-from dtjob.nccl import (
+from dtjob.core import kueue
+from dtjob.core.gke import (
     NETWORK_GROUP,
     NETWORK_PLURAL,
     NETWORK_VERSION,
@@ -30,6 +27,9 @@ from dtjob.nccl import (
     PREREQUISITE_NAMESPACES,
     Installer,
 )
+from dtjob.core.names import JOB_NAME_LABEL
+from dtjob.kube.client import api_client, apps, core, custom, resource
+from dtjob.kube.gate import Gate
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from typing import Any, Final, cast
 from kubernetes import client
 from pydantic import ValidationError
 
-from dtjob import kueue
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
+from dtjob.core import kueue
+from dtjob.core.names import JobRef
+from dtjob.core.plan import Delete, Event, Plan, Relabel, status_patch
 from dtjob.kube.client import api_client, core, custom, networking, resource
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import FIELD_MANAGER, Gate
 from dtjob.kube.refusals import SPEC_REFUSALS, Refused, refusal, refused_pod
-from dtjob.names import JobRef
-from dtjob.plan import Delete, Event, Plan, Relabel, status_patch
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Pod creates in flight at once, all passes together: at 20-50 ms a create this is past the default rate

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from dtjob.observed import owned_by, pod_essentials
+from dtjob.core.observed import owned_by, pod_essentials
 
 # The pods a pass created that the pod watch has not delivered after this long are forgotten (its events
 # came before the pass recorded them, or the pod went again): the pod watch is the truth then. Watch lag

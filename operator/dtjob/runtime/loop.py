@@ -15,12 +15,12 @@ from typing import Any, Final
 
 from dtjob import metrics
 from dtjob.api import KIND
+from dtjob.core.observed import nodes_to_judge, owned_by
+from dtjob.core.plan import Event, Plan
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
 from dtjob.kube.refusals import link_failure, refusal
 from dtjob.kube.writer import Executed
-from dtjob.observed import nodes_to_judge, owned_by
-from dtjob.plan import Event, Plan
 from dtjob.runtime.created import CREATED_MEMORY, children_seen, remember_created
 from dtjob.runtime.legacy import LEGACY_FINALIZER, legacy
 from dtjob.runtime.one_pass import Queue, run_pass

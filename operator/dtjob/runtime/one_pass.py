@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dtjob import metrics, progress
+from dtjob import metrics
+from dtjob.core import progress
+from dtjob.core.observed import nodes_to_judge, pod_essentials
+from dtjob.core.plan import Plan, reconcile, refused_pods
 from dtjob.kube.access import Kube
 from dtjob.kube.refusals import Refused
 from dtjob.kube.writer import Executed
-from dtjob.observed import nodes_to_judge, pod_essentials
-from dtjob.plan import Plan, reconcile, refused_pods
 from dtjob.runtime.legacy import LEGACY_FINALIZER, legacy
 from dtjob.settings import OperatorSettings
 

@@ -7,10 +7,10 @@ import json
 import time
 from datetime import UTC, datetime
 
-from dtjob import progress
+from dtjob.core import progress
+from dtjob.core.names import ATTEMPT_LABEL
 from dtjob.kube.intake import Reporter
 from dtjob.kube.reads import PodIdentity
-from dtjob.names import ATTEMPT_LABEL
 from dtjob.runtime.state import Runtime, wake
 
 

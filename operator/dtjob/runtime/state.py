@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import kopf
 
-from dtjob import progress
+from dtjob.core import progress
 from dtjob.kube import leader
 from dtjob.kube.access import Kube
 from dtjob.kube.caches import Caches, JobKey

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Final
 
 from dtjob.api import Framework
-from dtjob.frameworks.base import Env, FrameworkWiring
-from dtjob.frameworks.gang import Gang, Member
-from dtjob.frameworks.pytorch import PyTorchWiring
-from dtjob.frameworks.tensorflow import TensorFlowWiring
-from dtjob.frameworks.vertex import vertex_env
+from dtjob.core.frameworks.base import Env, FrameworkWiring
+from dtjob.core.frameworks.pytorch import PyTorchWiring
+from dtjob.core.frameworks.tensorflow import TensorFlowWiring
+from dtjob.core.frameworks.vertex import vertex_env
+from dtjob.core.gang import Gang, Member
 
 WIRINGS: Final[dict[Framework, FrameworkWiring]] = {
     Framework.PYTORCH: PyTorchWiring(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.frameworks.gang import Gang, Member
+from dtjob.core.gang import Gang, Member
 
 Env = list[tuple[str, str]]
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName, Role
-from dtjob.names import JobRef, pod_dns_name, pod_name
-from dtjob.nccl import choose
+from dtjob.core.gke import choose
+from dtjob.core.names import JobRef, pod_dns_name, pod_name
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from dtjob.api import (
     parse_timestamp,
     timestamp,
 )
-from dtjob.failures import describe, repeated, signatures
-from dtjob.frameworks import Gang, Member
-from dtjob.kueue import Queueing
-from dtjob.kueue import State as QueueState
-from dtjob.observed import (
+from dtjob.core.failures import describe, repeated, signatures
+from dtjob.core.frameworks import Gang, Member
+from dtjob.core.kueue import Queueing
+from dtjob.core.kueue import State as QueueState
+from dtjob.core.observed import (
     ACTIVE_STATES,
     DAEMON_NOT_READY,
     ENDED_ABNORMALLY,
@@ -47,8 +47,8 @@ from dtjob.observed import (
     PodState,
     PodView,
 )
-from dtjob.preflight import FAILED as PREFLIGHT_FAILED
-from dtjob.progress import Ledger, SlowRank, judge, reached_step, stall_message
+from dtjob.core.preflight import FAILED as PREFLIGHT_FAILED
+from dtjob.core.progress import Ledger, SlowRank, judge, reached_step, stall_message
 
 # Failure restarts back off: 5 s, 10 s, 20 s ... capped at 5 minutes. Preemption restarts go at once:
 # the new pods simply wait Pending for capacity.

@@ -6,8 +6,8 @@ import json
 from typing import Final
 
 from dtjob.api import Role
-from dtjob.frameworks.base import Env
-from dtjob.frameworks.gang import Gang, Member
+from dtjob.core.frameworks.base import Env
+from dtjob.core.gang import Gang, Member
 
 # Vertex's worker pools: 0 the primary replica, 1 the workers, 2 parameter servers, 3 evaluators.
 WORKER_POOLS: Final = {Role.MASTER: 0, Role.CHIEF: 0, Role.WORKER: 1, Role.PS: 2, Role.EVALUATOR: 3}

@@ -52,9 +52,10 @@ from dataclasses import replace
 from typing import Any, Final
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, RestartStrategy, Role
-from dtjob.frameworks import Gang, Member, vertex_env, wiring
-from dtjob.kueue import PodSetInfo
-from dtjob.names import (
+from dtjob.core.frameworks import Gang, Member, vertex_env, wiring
+from dtjob.core.gke import library_path, machine_of, nccl_env, profile_for
+from dtjob.core.kueue import PodSetInfo
+from dtjob.core.names import (
     ATTEMPT_LABEL,
     ATTEMPT_RESYNC_ANNOTATION,
     RANK_LABEL,
@@ -71,9 +72,8 @@ from dtjob.names import (
     spare_labels,
     spare_pod_name,
 )
-from dtjob.nccl import library_path, machine_of, nccl_env, profile_for
-from dtjob.preflight import preflight_container
-from dtjob.progress import AUDIENCE, TOKEN_DIRECTORY, TOKEN_SECONDS
+from dtjob.core.preflight import preflight_container
+from dtjob.core.progress import AUDIENCE, TOKEN_DIRECTORY, TOKEN_SECONDS
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 # GKE taints Arm nodes (A4X's Grace CPUs); Google's A4X JobSet tolerates it (cluster-toolkit

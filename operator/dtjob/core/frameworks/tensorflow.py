@@ -6,8 +6,8 @@ import json
 from typing import Final
 
 from dtjob.api import DistributedTrainingJobSpec, Role
-from dtjob.frameworks.base import Env
-from dtjob.frameworks.gang import Gang, Member
+from dtjob.core.frameworks.base import Env
+from dtjob.core.gang import Gang, Member
 
 TASK_TYPES: Final = {Role.CHIEF: "chief", Role.WORKER: "worker", Role.PS: "ps", Role.EVALUATOR: "evaluator"}
 # Evaluators get a task but are not part of the cluster the strategies connect.

@@ -17,7 +17,8 @@ from enum import StrEnum
 from typing import Any, Final
 
 from dtjob.api import Role, parse_timestamp
-from dtjob.names import (
+from dtjob.core.gke import DAEMON_NOT_READY_RESTARTS, DAEMON_SIDECARS
+from dtjob.core.names import (
     ATTEMPT_LABEL,
     JOB_NAME_LABEL,
     REPLICA_INDEX_LABEL,
@@ -27,8 +28,7 @@ from dtjob.names import (
     named_as_spare,
     pod_name,
 )
-from dtjob.nccl import DAEMON_NOT_READY_RESTARTS, DAEMON_SIDECARS
-from dtjob.preflight import PREFLIGHT_CONTAINER, result_of
+from dtjob.core.preflight import PREFLIGHT_CONTAINER, result_of
 
 
 class PodState(StrEnum):
@@ -114,7 +114,7 @@ class PodView:
     recheck_at: datetime | None = None
     """When time alone may change this view (a grace running out); None when nothing is pending."""
     preflight: Mapping[str, Any] | None = field(default=None, compare=False)
-    """The figures of its NCCL preflight (dtjob.preflight), once that init container ended with them."""
+    """The figures of its NCCL preflight (dtjob.core.preflight), once that init container ended with them."""
     disruption: str = ""
     """Why Kubernetes seems to be taking a pod away that has not ended as disrupted (yet): a
     DisruptionTarget condition, or its node NotReady, gone or tainted to go. Empty when nothing says so."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.nccl import PROFILES
+from dtjob.core.gke import PROFILES
 
 PREFLIGHT_CONTAINER: Final = "dtj-preflight"
 COMMAND: Final = ("python", "-m", "dtjob_trainer.preflight")

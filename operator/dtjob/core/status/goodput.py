@@ -24,7 +24,7 @@ from dtjob.api import (
     parse_timestamp,
     precise_timestamp,
 )
-from dtjob.observed import Observed
+from dtjob.core.observed import Observed
 
 
 def next_goodput(old: JobStatus, new: JobStatus, observed: Observed, now: datetime) -> Goodput | None:

@@ -35,7 +35,6 @@ from typing import Any, Final
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from dtjob import kueue, progress
 from dtjob.api import (
     CleanPodPolicy,
     ConditionType,
@@ -48,17 +47,10 @@ from dtjob.api import (
 )
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.desired import (
-    render_gpu_nic_claims,
-    render_network_policy,
-    render_pod,
-    render_service,
-    render_spare,
-)
-from dtjob.frameworks import Gang, Member
-from dtjob.goodput import next_goodput
-from dtjob.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, SPARE_LABEL, JobRef, spare_pod_name
-from dtjob.nccl import (
+from dtjob.core import kueue, progress
+from dtjob.core.decide import Action, Decision, Reason, decide, kept_in_place
+from dtjob.core.frameworks import Gang, Member
+from dtjob.core.gke import (
     NETWORK_GROUP,
     Installer,
     NetworkChoice,
@@ -69,9 +61,16 @@ from dtjob.nccl import (
     needs_networks,
     on_autopilot,
 )
-from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
-from dtjob.policy import Action, Decision, Reason, decide, kept_in_place
-from dtjob.status import (
+from dtjob.core.names import ATTEMPT_LABEL, ATTEMPT_RESYNC_ANNOTATION, SPARE_LABEL, JobRef, spare_pod_name
+from dtjob.core.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodView, observe
+from dtjob.core.render import (
+    render_gpu_nic_claims,
+    render_network_policy,
+    render_pod,
+    render_service,
+    render_spare,
+)
+from dtjob.core.status import (
     FINISHING,
     INVALID_SPEC,
     POD_REFUSED,
@@ -80,6 +79,7 @@ from dtjob.status import (
     next_status,
     transition_events,
 )
+from dtjob.core.status.goodput import next_goodput
 
 __all__ = [
     "Delete",

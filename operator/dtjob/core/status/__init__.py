@@ -27,11 +27,11 @@ from dtjob.api import (
     timestamp,
 )
 from dtjob.api.semantics import checkpoint_warnings
-from dtjob.desired import PLACEMENT_GROUP_NODE_LABEL
-from dtjob.frameworks import Gang
-from dtjob.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
-from dtjob.policy import Action, Decision, Reason
-from dtjob.progress import SlowRank
+from dtjob.core.decide import Action, Decision, Reason
+from dtjob.core.frameworks import Gang
+from dtjob.core.observed import ACTIVE_STATES, ENDED_ABNORMALLY, Observed, PodState, PodView
+from dtjob.core.progress import SlowRank
+from dtjob.core.render import PLACEMENT_GROUP_NODE_LABEL
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 WARNING_CONDITIONS: Final = frozenset(

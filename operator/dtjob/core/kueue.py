@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from dtjob.names import RANK_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
+from dtjob.core.names import RANK_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
 
 GROUP: Final = "kueue.x-k8s.io"
 VERSION: Final = "v1beta1"

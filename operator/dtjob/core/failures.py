@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from dtjob.api import FailureSignature, LastRestart
-from dtjob.observed import PodView
+from dtjob.core.observed import PodView
 
 # At most this many distinct ways the members of one attempt failed are kept in the status: the one that
 # ended first, and the peers it took down (a gang of hundreds fails in a few ways, not hundreds).

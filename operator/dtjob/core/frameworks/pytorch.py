@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Final
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.frameworks.base import Env
-from dtjob.frameworks.gang import Gang, Member
+from dtjob.core.frameworks.base import Env
+from dtjob.core.gang import Gang, Member
 
 # How long a pod's torchrun waits for the rendezvous host's store to answer (its default, 60 s, is shorter
 # than an image pull on a fresh node).
