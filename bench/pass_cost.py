@@ -1,18 +1,19 @@
 """CPU cost of one reconcile pass (the pure core, no API calls), for changes to the reconcile path.
 
-Times `plan.reconcile` on the passes a fleet runs most: a steady 8-pod gang (every pod Running, nothing
+Times the core's `reconcile` on the passes a fleet runs most: a steady 8-pod gang (every pod Running, nothing
 to do) and a queued job waiting for Kueue's quota; where the tree has progress reports, the same gang
 with every pod reporting (with its own step time, where the tree judges slow ranks) and hang detection on, and the operator's own work for one report (parsing it
 and filing it in the job's ledger; the HTTP server's part is not in it). Compare two trees in one run,
-alternating:
+alternating (each tree is a checkout's operator/: that checkout's own bench and tests/support measure it, as they
+follow its API):
 
+    git worktree add /tmp/before <commit>
     python -m bench.pass_cost --operator-src /tmp/before/operator --operator-src operator
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import statistics
@@ -29,9 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def measure(passes: int) -> dict[str, float]:
     """Microseconds a pass (median of 5 rounds), in this interpreter's `dtjob`."""
-    from dtjob.core.plan import reconcile
     from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
     from tests.support.kueue import QUEUED, workload
+    from tests.support.plan import plan_for as reconcile
 
     job = manifest(("Worker", 8), checkpoint=SHARED_CHECKPOINTS)
     steady_job, pods = _steady(reconcile, job)
@@ -42,11 +43,7 @@ def measure(passes: int) -> dict[str, float]:
     queued_first = reconcile(QUEUED, [], NOW)
     queued_job = {**QUEUED, "status": queued_first.status}
     waiting = workload(("QuotaReserved", "False"))
-    extra = (
-        {"routes": {"team-a-gpus": "h100-pool"}}
-        if "routes" in inspect.signature(reconcile).parameters
-        else {}
-    )
+    extra = {"routes": {"team-a-gpus": "h100-pool"}}
     later = NOW + timedelta(seconds=1)
     cases = {
         "steady 8-pod gang": lambda: reconcile(steady_job, pods, later),
@@ -54,8 +51,7 @@ def measure(passes: int) -> dict[str, float]:
         "steady 8-pod gang, restartStrategy InPlace": lambda: reconcile(in_place_job, in_place_pods, later),
         "queued, waiting for quota": lambda: reconcile(queued_job, [], later, workload=waiting, **extra),
     }
-    if "ledger" in inspect.signature(reconcile).parameters:
-        cases.update(_progress_cases(job, pods, later))
+    cases.update(_progress_cases(job, pods, later))
     figures = {}
     for name, run in cases.items():
         rounds = []
@@ -87,14 +83,13 @@ def _steady(
 def _progress_cases(
     job: dict[str, Any], pods: list[dict[str, Any]], now: datetime
 ) -> dict[str, Callable[[], object]]:
-    from dtjob.core.plan import reconcile
     from dtjob.core.progress import Ledger, Report, received
+    from tests.support.plan import plan_for as reconcile
 
     watched = {**job, "spec": {**job["spec"], "runPolicy": {"progressDeadlineSeconds": 300}}}
     ledger: Ledger | None = None
     names = [pod["metadata"]["name"] for pod in pods]
-    # Where the tree judges slow ranks, every pod reports its own step time too.
-    own = {"own_step_seconds": 0.3} if "own_step_seconds" in Report.model_fields else {}
+    own = {"own_step_seconds": 0.3}  # every pod reports its own step time too (slow ranks are judged)
     for name in names:
         ledger = received(ledger, 1, name, Report(step=100, total_steps=1000, step_seconds=0.5, **own), now)
     first = reconcile({**watched, "status": job.get("status")}, pods, now, ledger=ledger)
@@ -126,9 +121,11 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
     for _ in range(args.rounds):
         for tree in trees:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(REPO)])}
+            # Each tree is measured by its own checkout's bench and tests/support (they follow its API).
+            root = Path(tree).resolve().parent
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(root)])}
             out = subprocess.run([sys.executable, "-m", "bench.pass_cost", "--child", "--passes", str(args.passes)],
-                                 cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+                                 cwd=root, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
             results[tree].append(json.loads(out))
     base = trees[0]
     for tree in trees:

@@ -28,18 +28,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dtjob.core.plan import Plan, status_patch
+from dtjob.core.plan import Plan
+from dtjob.core.status.codec import status_patch
+from dtjob.core.world import Needs
 from tests.support.worlds import GANGS, job_of, passes
 
 RECORD = Path(__file__).parent / "data" / "plan-corpus.json"
 WALKS = 60
 
 
-def writes(job: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """What the operator does with a plan, in a form that does not depend on how the core shapes it."""
+def writes(job: dict[str, Any], plan: Plan, asked: Needs | None) -> dict[str, Any]:
+    """What the operator does with a plan, and the reads the core asked for first, in a form that does not
+    depend on how the core shapes them (as the record's Plan did, when it carried the read-again flags)."""
     whole = dataclasses.asdict(plan)
     stored = job.get("status") or {}
     whole["status"] = status_patch(stored, plan.status) if plan.status is not None else None
+    asked = asked or Needs()
+    whole |= {
+        "read_networks": asked.networks,
+        "read_priority": asked.priority,
+        "confirm_missing": asked.listing,
+    }
     return whole
 
 
@@ -52,7 +61,11 @@ def walks() -> Iterator[tuple[str, int, list[dict[str, Any]]]]:
     for kind in GANGS:
         choose = random.Random(f"corpus of {kind}").choice
         for walk in range(WALKS):
-            yield kind, walk, [writes(one.job, one.plan) for one in passes(job_of(choose, kind), choose)]
+            yield (
+                kind,
+                walk,
+                [writes(one.job, one.plan, one.asked) for one in passes(job_of(choose, kind), choose)],
+            )
 
 
 def record() -> int:

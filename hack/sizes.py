@@ -1,6 +1,9 @@
 """Print functions over 60 lines and modules over 400 lines under the given folders (default: the core and the runtime)."""
-import ast, sys
+
+import ast
+import sys
 from pathlib import Path
+
 roots = sys.argv[1:] or ["operator/dtjob/core", "operator/dtjob/runtime"]
 for root in roots:
     for path in sorted(Path(root).rglob("*.py")):

@@ -17,7 +17,7 @@ from kubernetes import client
 
 import dtjob.core.plan
 from dtjob.core.observed import pod_essentials
-from dtjob.core.plan import Event, reconcile
+from dtjob.core.plan import Event
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
@@ -28,6 +28,7 @@ from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
 from tests.support.namespaces import create_namespace
 from tests.support.operator import Records, running_operator, wake
 from tests.support.paths import CRD_FILE
+from tests.support.plan import plan_for
 from tests.support.waiting import wait_for
 
 
@@ -195,7 +196,7 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     ]
     now = datetime.now(UTC)
     # What a watch that lost the pods would make of it: both members vanished, the gang restarts.
-    assert reconcile(job, [], now).status["phase"] == "Restarting"
+    assert plan_for(job, [], now).status["phase"] == "Restarting"
     # The pass asks first: they exist, so nothing restarts and nothing is written.
     slot = threading.BoundedSemaphore(1)
     kube = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.core import kueue
-from dtjob.core.plan import reconcile
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
+from tests.support.plan import plan_for
 
 ACCELERATOR = {"type": "nvidia-h100-80gb", "count": 8}
 JOB = manifest(
@@ -23,7 +23,7 @@ QUEUED = {**JOB, "metadata": {**JOB["metadata"], "labels": {kueue.QUEUE_LABEL: "
 def workload(*conditions: tuple[str, str], admission: bool = False, **status: Any) -> dict[str, Any]:
     """The job's Workload as Kueue left it: conditions as (type, status), with the admission to ClusterQueue
     gpus in flavor h100 when `admission`."""
-    rendered = reconcile(QUEUED, [], NOW).workload
+    rendered = plan_for(QUEUED, [], NOW).workload
     assert rendered is not None
     stored: dict[str, Any] = {
         **rendered,

@@ -3,13 +3,69 @@ Plan does to the job (`after`) and its children (`applied`, `deleted`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from dtjob.core.plan import Plan, status_patch
+from dtjob.api import NcclProfileName
+from dtjob.core import kueue
+from dtjob.core.gke import Installer
+from dtjob.core.plan import Plan
+from dtjob.core.progress import Ledger
+from dtjob.core.reconcile import reconcile
+from dtjob.core.status.codec import status_patch
+from dtjob.core.world import GkeFacts, KueueFacts, Needs, PassSettings, World
 from tests.support.builders import SHARED_CHECKPOINTS, manifest, merged
 
 JOB = manifest(("Master", 1), ("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+
+
+def world_of(
+    job: Mapping[str, Any],
+    children: Sequence[Mapping[str, Any]],
+    now: datetime,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    networks: frozenset[str] | None = None,
+    device_classes: frozenset[str] | None = None,
+    installers: Mapping[str, Installer] | None = None,
+    daemon_images: Mapping[NcclProfileName, str] | None = None,
+    workload: Mapping[str, Any] | None = None,
+    flavors: Mapping[str, Mapping[str, Any]] | None = None,
+    kueue_served: bool = True,
+    priority: kueue.Priority | None = None,
+    routes: Mapping[str, str] | None = None,
+    ledger: Ledger | None = None,
+    progress_url: str | None = None,
+    listed: bool = True,
+) -> World:
+    """A World from what a unit test names. `listed`: the children a test hands in are the truth, as a
+    fresh listing is (False: as the runtime's caches, which a decision that takes members for lost asks
+    to confirm)."""
+    return World(
+        job, children, now, nodes,
+        gke=GkeFacts(networks, device_classes, installers),
+        kueue=KueueFacts(workload, flavors or {}, kueue_served, routes, priority),
+        ledger=ledger,
+        settings=PassSettings(daemon_images, progress_url),
+        listed=listed,
+    )  # fmt: skip
+
+
+def plan_for(*args: Any, **kwargs: Any) -> Plan:
+    """The core's plan for the world `world_of` makes of the arguments; it fails a test whose world lacks
+    what the core needs to decide (see `needs_for`)."""
+    outcome = reconcile(world_of(*args, **kwargs))
+    assert isinstance(outcome, Plan), f"the core needs {outcome} before it decides"
+    return outcome
+
+
+def needs_for(*args: Any, **kwargs: Any) -> Needs:
+    """What the core asks to read first, in the world `world_of` makes of the arguments."""
+    outcome = reconcile(world_of(*args, **kwargs))
+    assert isinstance(outcome, Needs), f"the core decided without reading anything: {outcome}"
+    return outcome
 
 
 def after(job: dict[str, Any], plan: Plan) -> dict[str, Any]:

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from dtjob.core import kueue
 from dtjob.core.names import ATTEMPT_LABEL
-from dtjob.core.plan import Plan, reconcile, status_patch
+from dtjob.core.plan import Plan
 from dtjob.core.progress import Ledger, Report, received
+from dtjob.core.reconcile import reconcile
+from dtjob.core.status.codec import status_patch
+from dtjob.core.world import Needs
 from tests.support.builders import (
     NOW,
     SHARED_CHECKPOINTS,
@@ -40,6 +43,7 @@ from tests.support.builders import (
     running,
     template,
 )
+from tests.support.plan import world_of
 
 SHAPES = [
     (("Worker", 1),),
@@ -304,7 +308,7 @@ def worlds(
 
 @dataclass(frozen=True)
 class Pass:
-    """One pass's inputs, and the plan the core made of them."""
+    """One pass's inputs, the plan the core made of them, and what it asked to read first."""
 
     job: dict[str, Any]
     children: list[dict[str, Any]]
@@ -313,15 +317,23 @@ class Pass:
     workload: dict[str, Any] | None
     ledger: Ledger | None
     plan: Plan
+    asked: Needs | None = None
 
 
 def plan_of(job: dict[str, Any], children: list[dict[str, Any]], nodes: list[dict[str, Any]], now: datetime,
-            workload: dict[str, Any] | None, ledger: Ledger | None) -> Plan:  # fmt: skip
-    """The core's one pass (on copies: the inputs are left as they were)."""
-    return reconcile(
+            workload: dict[str, Any] | None, ledger: Ledger | None) -> tuple[Plan, Needs | None]:  # fmt: skip
+    """The core's one pass (on copies: the inputs are left as they were), and what it asked to read first.
+    The children are the world's truth: a listing the core asks for finds them again. The world holds no
+    GKE Network objects nor priority classes: a pass that needs them plans nothing."""
+    world = world_of(
         copy.deepcopy(job), copy.deepcopy(children), now, copy.deepcopy(nodes),
-        workload=copy.deepcopy(workload), flavors=FLAVORS, ledger=ledger,
+        workload=copy.deepcopy(workload), flavors=FLAVORS, ledger=ledger, listed=False,
     )  # fmt: skip
+    outcome = reconcile(world)
+    if isinstance(outcome, Needs) and outcome.listing and not (outcome.networks or outcome.priority):
+        again = reconcile(replace(world, listed=True))
+        return (again, outcome) if isinstance(again, Plan) else (Plan(), outcome)
+    return (Plan(), outcome) if isinstance(outcome, Needs) else (outcome, None)
 
 
 def passes(job: dict[str, Any], choose: Choose[Any]) -> Iterator[Pass]:
@@ -333,8 +345,8 @@ def passes(job: dict[str, Any], choose: Choose[Any]) -> Iterator[Pass]:
         now += timedelta(seconds=choose([40, 10, 0, 1, 400]))
         children, nodes = worlds(choose, job, world, now)
         workload = copy.deepcopy(world.workload)
-        plan = plan_of(job, children, nodes, now, workload, world.ledger)
-        yield Pass(job, children, nodes, now, workload, world.ledger, plan)
+        plan, asked = plan_of(job, children, nodes, now, workload, world.ledger)
+        yield Pass(job, children, nodes, now, workload, world.ledger, plan, asked)
         world.after(plan)
         stored = job.get("status") or {}
         job = {**job, "status": merged(stored, status_patch(stored, plan.status or stored))}

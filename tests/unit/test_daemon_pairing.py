@@ -10,8 +10,9 @@ import pytest
 
 from dtjob.api import NcclProfileName
 from dtjob.core.gke import Installer, daemon_mismatch
-from dtjob.core.plan import Event, reconcile
+from dtjob.core.plan import Event
 from tests.support.builders import GKE_NETWORKS, NOW, manifest
+from tests.support.plan import plan_for
 
 REGISTRY = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo"
 TCPXO = NcclProfileName.GPUDIRECT_TCPXO
@@ -65,7 +66,7 @@ def job(**nccl: Any) -> dict[str, Any]:
 
 
 def test_a_pass_warns_once_an_attempt_when_the_daemon_does_not_pair() -> None:
-    plan = reconcile(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"))
+    plan = plan_for(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"))
     assert plan.status is not None and plan.status["nccl"]["profile"] == "GPUDirectTCPXO"
     assert "; but the daemon " in plan.status["nccl"]["reason"]
     (event,) = [e for e in plan.events if e.reason == "NetworkChosen"]
@@ -79,7 +80,7 @@ def test_a_pass_warns_once_an_attempt_when_the_daemon_does_not_pair() -> None:
 
 def test_the_operators_daemon_setting_counts_and_a_pair_is_quiet() -> None:
     paired = {TCPXO: f"{REGISTRY}/tcpgpudmarxd-dev:v1.0.20"}
-    plan = reconcile(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"),
+    plan = plan_for(job(), [], NOW, networks=GKE_NETWORKS, installers=installer("v1.0.14"),
                      daemon_images=paired)  # fmt: skip
     assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Normal"]
     daemon = next(c for c in plan.create[0]["spec"]["initContainers"] if c["name"] == "tcpxo-daemon")

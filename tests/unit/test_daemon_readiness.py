@@ -10,9 +10,8 @@ from typing import Any
 
 from dtjob.core.gke import DAEMON_NOT_READY_RESTARTS
 from dtjob.core.observed import PodState, classify, pod_essentials
-from dtjob.core.plan import reconcile
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running
-from tests.support.plan import after
+from tests.support.plan import after, plan_for
 
 TCPXO_NETWORKS = frozenset(f"vpc{i}" for i in range(1, 9))
 
@@ -66,10 +65,10 @@ def test_a_daemon_that_keeps_failing_its_startup_probe_is_its_nodes_fault() -> N
 
 def test_the_gang_restarts_off_the_node_whose_daemon_never_became_ready() -> None:
     job = tcpxo_job()
-    job = after(job, reconcile(job, [], NOW, networks=TCPXO_NETWORKS))
+    job = after(job, plan_for(job, [], NOW, networks=TCPXO_NETWORKS))
     pods = pods_of(job)
     children = [running(pods["mnist-worker-0"]), daemon_failing(pods["mnist-worker-1"], 2)]
-    plan = reconcile(job, children, NOW + timedelta(minutes=4))
+    plan = plan_for(job, children, NOW + timedelta(minutes=4))
     job = after(job, plan)
     status = job["status"]
     # Charged as a preemption (the platform's fault), not to backoffLimit.
@@ -78,7 +77,7 @@ def test_the_gang_restarts_off_the_node_whose_daemon_never_became_ready() -> Non
     assert status["lastRestart"]["message"].endswith("the next attempts keep off node gpu-node-7")
     assert "DaemonNotReady" in status["lastRestart"]["message"]
     # The next attempt's pods are kept off it.
-    recreate = reconcile(job, [], NOW + timedelta(minutes=4, seconds=1), networks=TCPXO_NETWORKS)
+    recreate = plan_for(job, [], NOW + timedelta(minutes=4, seconds=1), networks=TCPXO_NETWORKS)
     affinity = recreate.create[0]["spec"]["affinity"]["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-node-7"]} in terms[0]["matchFields"]

@@ -18,9 +18,9 @@ from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.frameworks import Gang
 from dtjob.core.gke import Installer, choose, on_autopilot
 from dtjob.core.names import JobRef
-from dtjob.core.plan import reconcile
 from dtjob.core.render import render_pod
 from tests.support.builders import NOW, manifest
+from tests.support.plan import plan_for
 
 AUTOPILOT = yaml.safe_load(
     (Path(__file__).parents[1] / "data" / "gke_recipes" / "autopilot.yaml").read_text()
@@ -149,7 +149,7 @@ def test_machines_without_an_autopilot_recipe_keep_the_standard_shape() -> None:
 
 def test_a_pass_records_the_autopilot_shape_and_later_passes_render_it() -> None:
     stored = job("nvidia-h100-mega-80gb")
-    plan = reconcile(stored, [], NOW, networks=EIGHT_VPC, installers=installers("autopilot"))  # fmt: skip
+    plan = plan_for(stored, [], NOW, networks=EIGHT_VPC, installers=installers("autopilot"))  # fmt: skip
     status = plan.status or {}
     assert status["nccl"]["profile"] == "GPUDirectTCPXO" and status["nccl"]["autopilot"] is True
     assert "Autopilot" in status["nccl"]["reason"]
@@ -158,8 +158,8 @@ def test_a_pass_records_the_autopilot_shape_and_later_passes_render_it() -> None
     # A pass that creates the pods later in the attempt (an operator stopped before it created them)
     # reads no cluster facts again: the shape is the recorded one.
     recorded = {k: v for k, v in status.items() if k != "createdAttempt"}
-    later = reconcile({**stored, "status": recorded}, [], NOW)
+    later = plan_for({**stored, "status": recorded}, [], NOW)
     (daemon,) = [c for c in later.create[0]["spec"]["initContainers"] if c["name"] == "tcpxo-daemon"]
     assert "LD_LIBRARY_PATH" not in env(daemon)
-    standard = reconcile(stored, [], NOW, networks=EIGHT_VPC, installers=installers("standard"))  # fmt: skip
+    standard = plan_for(stored, [], NOW, networks=EIGHT_VPC, installers=installers("standard"))  # fmt: skip
     assert "autopilot" not in (standard.status or {})["nccl"]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob.core.plan import reconcile
 from tests.support.builders import GKE_NETWORKS, NOW, UID
+from tests.support.plan import plan_for
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))
 GCSFUSE = yaml.safe_load((Path(__file__).parents[1] / "data" / "gke_recipes" / "gcsfuse.yaml").read_text())
@@ -32,7 +32,7 @@ def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its
     example: Path,
 ) -> None:
     job = stored(example)
-    plan = reconcile(job, [], NOW, networks=GKE_NETWORKS)
+    plan = plan_for(job, [], NOW, networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["nccl"]["profile"].startswith(("GPUDirect", "RDMA"))
     accelerator = job["spec"]["accelerator"]
     assert len(plan.create) == job["spec"]["replicas"][0]["count"]
@@ -53,7 +53,7 @@ def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its
 
 def test_the_a4x_example_holds_its_four_gpus_on_arm_nodes_with_its_compute_domain_claim() -> None:
     job = stored(next(p for p in EXAMPLES if p.stem == "llm-a4x"))
-    plan = reconcile(job, [], NOW, networks=GKE_NETWORKS)
+    plan = plan_for(job, [], NOW, networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["nccl"]["profile"] == "RDMA"
     for pod in plan.create:
         trainer = pod["spec"]["containers"][0]
@@ -71,14 +71,14 @@ def test_the_a4x_example_holds_its_four_gpus_on_arm_nodes_with_its_compute_domai
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_without_the_networks_auto_runs_it_over_tcp(example: Path) -> None:
-    plan = reconcile(stored(example), [], NOW, networks=frozenset())
+    plan = plan_for(stored(example), [], NOW, networks=frozenset())
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
     assert all("networking.gke.io/interfaces" not in p["metadata"]["annotations"] for p in plan.create)
 
 
 def test_the_a4x_example_claims_its_nics_on_a_cluster_with_managed_dranet_beside_its_channel() -> None:
     job = stored(next(p for p in EXAMPLES if p.stem == "llm-a4x"))
-    plan = reconcile(job, [], NOW, networks=frozenset(), device_classes=frozenset({"mrdma.google.com"}))
+    plan = plan_for(job, [], NOW, networks=frozenset(), device_classes=frozenset({"mrdma.google.com"}))
     assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
     assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
     for pod in plan.create:

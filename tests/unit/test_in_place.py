@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from dtjob.core.names import ATTEMPT_LABEL
-from dtjob.core.plan import Relabel, reconcile
+from dtjob.core.plan import Relabel
 from dtjob.core.render import ATTEMPT_FILE, ATTEMPT_VOLUME
 from tests.support.builders import (
     NOW,
@@ -20,16 +20,16 @@ from tests.support.builders import (
     preempted,
     running,
 )
-from tests.support.plan import JOB, NAMES, after, applied, deleted
+from tests.support.plan import JOB, NAMES, after, applied, deleted, plan_for
 
 IN_PLACE = {**JOB, "spec": {**JOB["spec"], "runPolicy": {"restartStrategy": "InPlace"}}}
 
 
 def restarted(children: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
     """IN_PLACE after the pass that recorded attempt 2 for `children` (attempt 1's pods)."""
-    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
+    job = after(IN_PLACE, plan_for(IN_PLACE, [], NOW))
     job["status"].update(status)
-    return after(job, reconcile(job, children, NOW + timedelta(seconds=1)))
+    return after(job, plan_for(job, children, NOW + timedelta(seconds=1)))
 
 
 def moved_to(attempt: int, pod: dict[str, Any]) -> Relabel:
@@ -45,14 +45,14 @@ def test_a_preempted_member_is_replaced_and_the_running_members_move_to_the_next
     assert job["status"]["lastRestart"]["inPlace"] is True
 
     # The preempted pod goes; the running ones stay, and nothing starts before the lost pod is gone.
-    teardown = reconcile(job, children, NOW + timedelta(seconds=2))
+    teardown = plan_for(job, children, NOW + timedelta(seconds=2))
     assert deleted(teardown) == ["mnist-worker-0"]
     assert teardown.create == [] and teardown.relabel == []
     going = [running(master), deleting(preempted(evicted)), running(kept)]
-    assert reconcile(job, going, NOW + timedelta(seconds=3)).relabel == []
+    assert plan_for(job, going, NOW + timedelta(seconds=3)).relabel == []
 
     # Gone: the survivors are relabelled (their trainers see the attempt change), one pod is created.
-    resume = reconcile(job, [running(master), running(kept)], NOW + timedelta(seconds=4))
+    resume = plan_for(job, [running(master), running(kept)], NOW + timedelta(seconds=4))
     assert resume.delete == [] and applied(resume) == ["Service/mnist", "Pod/mnist-worker-0"]
     assert resume.relabel == [moved_to(2, master), moved_to(2, kept)]
     assert resume.create[0]["metadata"]["labels"][ATTEMPT_LABEL] == "2"
@@ -67,7 +67,7 @@ def test_a_preempted_member_is_replaced_and_the_running_members_move_to_the_next
     # The next pass sees attempt 2 whole: nothing more to write to the pods.
     attempt2 = pods_of(IN_PLACE, attempt=2)
     whole = [running(attempt2[name]) for name in NAMES]
-    settled = reconcile(resumed, whole, NOW + timedelta(seconds=5))
+    settled = plan_for(resumed, whole, NOW + timedelta(seconds=5))
     assert settled.create == settled.delete == settled.relabel == []
     assert after(resumed, settled)["status"]["phase"] == "Running"
 
@@ -89,11 +89,11 @@ def test_after_a_failure_the_survivors_move_on_only_once_the_backoff_is_over() -
     job = restarted(children, brokenSince="2030-01-01T11:59:00Z")  # the settle window is over
     assert job["status"]["lastRestart"]["inPlace"] is True
     assert job["status"]["restarts"]["failures"] == 1
-    assert deleted(reconcile(job, children, NOW + timedelta(seconds=2))) == ["mnist-worker-0"]
+    assert deleted(plan_for(job, children, NOW + timedelta(seconds=2))) == ["mnist-worker-0"]
     survivors = [running(master), running(kept)]
-    waiting = reconcile(job, survivors, NOW + timedelta(seconds=3))
+    waiting = plan_for(job, survivors, NOW + timedelta(seconds=3))
     assert waiting.create == waiting.relabel == waiting.delete == [] and waiting.requeue_after == 3.0
-    resume = reconcile(job, survivors, NOW + timedelta(seconds=6))
+    resume = plan_for(job, survivors, NOW + timedelta(seconds=6))
     assert [p["metadata"]["name"] for p in resume.create] == ["mnist-worker-0"]
     assert resume.relabel == [moved_to(2, master), moved_to(2, kept)]
 
@@ -102,14 +102,14 @@ def test_a_member_that_ends_while_it_waits_is_replaced_too() -> None:
     pods = pods_of(IN_PLACE)
     master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
     job = restarted([running(master), preempted(evicted), running(kept)])
-    plan = reconcile(job, [running(master), exited(kept, 1)], NOW + timedelta(seconds=2))
+    plan = plan_for(job, [running(master), exited(kept, 1)], NOW + timedelta(seconds=2))
     assert deleted(plan) == ["mnist-worker-1"] and plan.create == plan.relabel == []
-    plan = reconcile(job, [running(master)], NOW + timedelta(seconds=3))
+    plan = plan_for(job, [running(master)], NOW + timedelta(seconds=3))
     assert [p["metadata"]["name"] for p in plan.create] == ["mnist-worker-0", "mnist-worker-1"]
     assert plan.relabel == [moved_to(2, master)]
     # A member being taken away meanwhile is not kept either.
     going = disrupted_while_running(kept, "EvictionByEvictionAPI")
-    assert deleted(reconcile(job, [running(master), going], NOW + timedelta(seconds=3))) == ["mnist-worker-1"]
+    assert deleted(plan_for(job, [running(master), going], NOW + timedelta(seconds=3))) == ["mnist-worker-1"]
 
 
 def test_a_lost_node_recreates_the_whole_gang() -> None:
@@ -122,11 +122,11 @@ def test_a_lost_node_recreates_the_whole_gang() -> None:
         running(pods["mnist-worker-1"]),
     ]
     lost = node(ready=False, since="2030-01-01T11:58:00Z")
-    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
-    plan = reconcile(job, children, NOW + timedelta(seconds=1), nodes=[lost])
+    job = after(IN_PLACE, plan_for(IN_PLACE, [], NOW))
+    plan = plan_for(job, children, NOW + timedelta(seconds=1), nodes=[lost])
     restarting = after(job, plan)
     assert restarting["status"]["attempt"] == 2 and "inPlace" not in restarting["status"]["lastRestart"]
-    assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=[lost]))) == NAMES
+    assert sorted(deleted(plan_for(restarting, children, NOW + timedelta(seconds=2), nodes=[lost]))) == NAMES
 
 
 def test_a_member_whose_node_stops_reporting_makes_the_restart_recreate_the_gang() -> None:
@@ -137,11 +137,11 @@ def test_a_member_whose_node_stops_reporting_makes_the_restart_recreate_the_gang
     silent["spec"]["nodeName"] = "gpu-node-2"
     children = [silent, exited(pods["mnist-worker-0"], 1), running(pods["mnist-worker-1"])]
     nodes = [node(), node("gpu-node-2", ready="Unknown", since="2030-01-01T12:00:00Z")]
-    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
-    restarting = after(job, reconcile(job, children, NOW + timedelta(seconds=1), nodes=nodes))
+    job = after(IN_PLACE, plan_for(IN_PLACE, [], NOW))
+    restarting = after(job, plan_for(job, children, NOW + timedelta(seconds=1), nodes=nodes))
     assert restarting["status"]["restarts"]["preemptions"] == 1
     assert "inPlace" not in restarting["status"]["lastRestart"]
-    assert sorted(deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=nodes))) == NAMES
+    assert sorted(deleted(plan_for(restarting, children, NOW + timedelta(seconds=2), nodes=nodes))) == NAMES
 
 
 def test_a_member_whose_node_shuts_down_is_replaced_in_place_from_the_notice_on() -> None:
@@ -153,12 +153,12 @@ def test_a_member_whose_node_shuts_down_is_replaced_in_place_from_the_notice_on(
     reclaimed["spec"]["nodeName"] = "gpu-node-2"
     children = [reclaimed, running(pods["mnist-worker-0"]), running(pods["mnist-worker-1"])]
     nodes = [node(), node("gpu-node-2", ready="False", since="2030-01-01T12:00:00Z", message=SHUTTING_DOWN)]
-    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
-    restarting = after(job, reconcile(job, children, NOW + timedelta(seconds=1), nodes=nodes))
+    job = after(IN_PLACE, plan_for(IN_PLACE, [], NOW))
+    restarting = after(job, plan_for(job, children, NOW + timedelta(seconds=1), nodes=nodes))
     assert restarting["status"]["restarts"]["preemptions"] == 1
     assert restarting["status"]["lastRestart"]["reason"] == "Preempted"
     assert restarting["status"]["lastRestart"]["inPlace"] is True
-    assert deleted(reconcile(restarting, children, NOW + timedelta(seconds=2), nodes=nodes)) == [
+    assert deleted(plan_for(restarting, children, NOW + timedelta(seconds=2), nodes=nodes)) == [
         "mnist-master-0"
     ]
 
@@ -168,7 +168,7 @@ def test_a_suspension_during_an_in_place_restart_takes_the_kept_pods_too() -> No
     master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
     job = restarted([running(master), preempted(evicted), running(kept)])
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"restartStrategy": "InPlace", "suspend": True}}}
-    plan = reconcile(suspended, [running(master), running(kept)], NOW + timedelta(seconds=2))
+    plan = plan_for(suspended, [running(master), running(kept)], NOW + timedelta(seconds=2))
     assert deleted(plan) == ["mnist-master-0", "mnist-worker-1"] and plan.relabel == []
 
 
@@ -181,8 +181,8 @@ def test_a_crash_under_in_place_is_charged_after_the_settle_window_as_the_surviv
         exited(pods["mnist-worker-0"], 1),
         running(pods["mnist-worker-1"]),
     ]
-    job = after(IN_PLACE, reconcile(IN_PLACE, [], NOW))
-    settling = reconcile(job, children, NOW + timedelta(seconds=1))
+    job = after(IN_PLACE, plan_for(IN_PLACE, [], NOW))
+    settling = plan_for(job, children, NOW + timedelta(seconds=1))
     assert settling.requeue_after == 30.0 and settling.status is not None
     assert settling.status["phase"] == "Restarting" and settling.status["restarts"]["total"] == 0
 
@@ -191,10 +191,10 @@ def test_a_later_restart_that_recreates_clears_in_place_from_the_stored_status()
     pods = pods_of(IN_PLACE)
     master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
     job = restarted([running(master), preempted(evicted), running(kept)])
-    job = after(job, reconcile(job, [running(master), running(kept)], NOW + timedelta(seconds=2)))
+    job = after(job, plan_for(job, [running(master), running(kept)], NOW + timedelta(seconds=2)))
     attempt2 = pods_of(IN_PLACE, attempt=2)
     whole = [running(attempt2[name]) for name in NAMES]
-    job = after(job, reconcile(job, whole, NOW + timedelta(seconds=3)))
+    job = after(job, plan_for(job, whole, NOW + timedelta(seconds=3)))
     lost = node(ready="False", since="2030-01-01T11:58:00Z")  # every pod's node, silent
-    job = after(job, reconcile(job, whole, NOW + timedelta(seconds=4), nodes=[lost]))
+    job = after(job, plan_for(job, whole, NOW + timedelta(seconds=4), nodes=[lost]))
     assert job["status"]["attempt"] == 3 and "inPlace" not in job["status"]["lastRestart"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.core import kueue
-from dtjob.core.plan import Plan, reconcile
+from dtjob.core.plan import Plan
+from dtjob.core.world import Needs
 from tests.support.builders import NOW, exited, pods_of, running, service_of
 from tests.support.kueue import JOB, QUEUED, workload
-from tests.support.plan import after, applied, condition
+from tests.support.plan import after, applied, condition, needs_for, plan_for
 
 FLAVORS = {
     "h100": {
@@ -23,7 +24,7 @@ FLAVORS = {
 
 
 def queued_pass(job: dict[str, Any], children: list[dict[str, Any]], wl: dict[str, Any] | None) -> Plan:
-    return reconcile(job, children, NOW, workload=wl, flavors=FLAVORS)
+    return plan_for(job, children, NOW, workload=wl, flavors=FLAVORS)
 
 
 def test_a_queued_job_gets_a_workload_with_a_pod_set_per_role_and_no_pod() -> None:
@@ -55,10 +56,10 @@ def test_a_workload_waiting_for_quota_keeps_the_job_queued_with_kueues_reason() 
 def test_a_waiting_job_names_the_cluster_queue_its_local_queue_hands_it_to_or_that_there_is_none() -> None:
     job = after(QUEUED, queued_pass(QUEUED, [], None))
     waiting = workload(("QuotaReserved", "False"))
-    routed = reconcile(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"team-a-gpus": "h100-pool"})
+    routed = plan_for(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"team-a-gpus": "h100-pool"})
     message = condition(after(job, routed), "Queued")["message"]
     assert message.startswith("waiting in LocalQueue team-a-gpus (ClusterQueue h100-pool) for quota"), message
-    astray = reconcile(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"other": "h100-pool"})
+    astray = plan_for(job, [], NOW, workload=waiting, flavors=FLAVORS, routes={"other": "h100-pool"})
     message = condition(after(job, astray), "Queued")["message"]
     assert "LocalQueue team-a-gpus (no such LocalQueue in the job's namespace)" in message, message
 
@@ -108,7 +109,7 @@ def test_an_admitted_gang_is_created_whole_with_the_flavor_and_the_checks_update
 
 def test_an_admission_whose_flavor_is_not_read_yet_waits_for_it() -> None:
     admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
-    plan = reconcile(QUEUED, [], NOW, workload=admitted, flavors={})
+    plan = plan_for(QUEUED, [], NOW, workload=admitted, flavors={})
     assert plan.create == []
     assert "ResourceFlavor h100" in condition(after(QUEUED, plan), "Queued")["message"]
 
@@ -212,28 +213,27 @@ def test_a_workload_finished_under_a_running_gang_ends_it_and_takes_every_pod_wh
 
 
 def test_a_job_naming_a_queue_never_runs_around_kueue_when_the_operator_found_none() -> None:
-    plan = reconcile(QUEUED, [], NOW, kueue_served=False)
+    plan = plan_for(QUEUED, [], NOW, kueue_served=False)
     assert plan.create == [] and plan.workload is None
     assert "install Kueue, then restart the operator" in condition(after(QUEUED, plan), "Queued")["message"]
 
 
 def test_a_job_without_a_queue_is_untouched_by_kueue() -> None:
-    plan = reconcile(JOB, [], NOW, kueue_served=False)
+    plan = plan_for(JOB, [], NOW, kueue_served=False)
     assert plan.workload is None and len(plan.create) == 3
 
 
 def test_the_workload_carries_the_value_of_the_priority_class_the_job_names() -> None:
     labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue.PRIORITY_CLASS_LABEL: "high"}
     job = {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": labels}}
-    asked = reconcile(job, [], NOW)
-    assert asked.read_priority == kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high")
-    assert asked.workload is None and asked.status is None  # nothing else until it is read
-    plan = reconcile(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high", 1000))
+    # Nothing is decided until it is read.
+    assert needs_for(job, [], NOW) == Needs(priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
+    plan = plan_for(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high", 1000))
     assert plan.workload is not None
     spec = plan.workload["spec"]
     assert (spec["priorityClassName"], spec["priorityClassSource"], spec["priority"]) == (
         "high", "kueue.x-k8s.io/workloadpriorityclass", 1000)  # fmt: skip
-    missing = reconcile(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
+    missing = plan_for(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
     assert missing.workload is None and missing.requeue_after == 30.0
     assert "priority class high" in condition(after(job, missing), "Invalid")["message"]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.gke import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
-from dtjob.core.plan import reconcile
 from dtjob.core.preflight import PREFLIGHT_CONTAINER
 from dtjob.core.render import GPU_NIC_CLAIM, render_children, trainer_container
 from tests.support.builders import GKE_NETWORKS, NOW, manifest
+from tests.support.plan import needs_for, plan_for
 
 B200 = {"type": "nvidia-b200", "count": 8}
 DRANET = frozenset({MANAGED_RDMA_DEVICE_CLASS, "gpu.nvidia.com"})
@@ -126,18 +126,18 @@ def test_managed_rdma_gets_the_gib_tuning_and_gloo_on_the_pod_network() -> None:
 def test_a_pass_applies_the_template_with_the_pods_and_only_then() -> None:
     job = manifest(("Worker", 2), accelerator=B200)
     assert needs_networks(DistributedTrainingJobSpec.model_validate(job["spec"]))
-    plan = reconcile(job, [], NOW, networks=frozenset(), installers=RDMA_INSTALLERS, device_classes=DRANET)
+    plan = plan_for(job, [], NOW, networks=frozenset(), installers=RDMA_INSTALLERS, device_classes=DRANET)
     assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
     assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
     assert len(plan.create) == 2
-    rdma = reconcile(job, [], NOW, networks=GKE_NETWORKS, installers=RDMA_INSTALLERS, device_classes=DRANET)
+    rdma = plan_for(job, [], NOW, networks=GKE_NETWORKS, installers=RDMA_INSTALLERS, device_classes=DRANET)
     assert [o["kind"] for o in rdma.apply] == ["Service"]
 
 
 def test_an_explicit_managed_rdma_without_the_device_class_is_invalid_until_it_exists() -> None:
     job = manifest(("Worker", 2), accelerator=B200, nccl={"profile": "ManagedRDMA"})
-    assert reconcile(job, [], NOW).read_networks
-    plan = reconcile(job, [], NOW, networks=GKE_NETWORKS, device_classes=frozenset())
+    assert needs_for(job, [], NOW).networks
+    plan = plan_for(job, [], NOW, networks=GKE_NETWORKS, device_classes=frozenset())
     assert plan.status is not None and plan.status["phase"] == "Invalid" and not plan.create
     invalid = next(c for c in plan.status["conditions"] if c["type"] == "Invalid")
     assert invalid["message"].startswith(
@@ -145,5 +145,5 @@ def test_an_explicit_managed_rdma_without_the_device_class_is_invalid_until_it_e
         "which this cluster lacks"
     )
     assert plan.requeue_after == 30.0
-    later = reconcile({**job, "status": plan.status}, [], NOW, networks=frozenset(), device_classes=DRANET)
+    later = plan_for({**job, "status": plan.status}, [], NOW, networks=frozenset(), device_classes=DRANET)
     assert later.status is not None and later.status["phase"] != "Invalid" and len(later.create) == 2

@@ -10,8 +10,10 @@ import pytest
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.gke import NetworkChoice, choose
-from dtjob.core.plan import Event, reconcile
+from dtjob.core.plan import Event
+from dtjob.core.world import Needs
 from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
+from tests.support.plan import needs_for, plan_for
 
 H100 = {"type": "nvidia-h100-80gb", "count": 8}
 TCPX_NETWORKS = frozenset({"vpc1", "vpc2", "vpc3", "vpc4"})
@@ -64,9 +66,9 @@ def two_h100_pods(**fields: Any) -> dict[str, Any]:
 
 def test_a_pass_asks_for_the_networks_once_an_attempt_records_the_choice_and_warns_about_a_fallback() -> None:
     job = two_h100_pods()
-    assert reconcile(job, [], NOW).read_networks  # nothing else is decided without them
+    assert needs_for(job, [], NOW) == Needs(networks=True)  # nothing is decided without them
 
-    plan = reconcile(job, [], NOW, networks=frozenset())
+    plan = plan_for(job, [], NOW, networks=frozenset())
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
     assert (
         plan.status["nccl"]["attempt"] == 1 and "lacks the Network objects" in plan.status["nccl"]["reason"]
@@ -80,14 +82,13 @@ def test_a_pass_asks_for_the_networks_once_an_attempt_records_the_choice_and_war
     )
 
     # The next pass of the same attempt keeps the choice without reading the networks again.
-    again = reconcile({**job, "status": plan.status}, [running(p) for p in pods_of(job).values()], NOW)
-    assert not again.read_networks
+    again = plan_for({**job, "status": plan.status}, [running(p) for p in pods_of(job).values()], NOW)
     assert again.status is None or again.status["nccl"] == plan.status["nccl"]
     assert not [e for e in again.events if e.reason == "NetworkChosen"]
 
 
 def test_with_the_networks_the_pods_get_gpudirect_and_a_normal_event() -> None:
-    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS)
+    plan = plan_for(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS)
     assert plan.status is not None and plan.status["nccl"]["profile"] == "GPUDirectTCPX"
     assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Normal"]
     pod = next(p for p in plan.create if p["metadata"]["name"] == "mnist-worker-0")
@@ -96,11 +97,11 @@ def test_with_the_networks_the_pods_get_gpudirect_and_a_normal_event() -> None:
 
 
 def test_a_new_attempt_chooses_again() -> None:
-    first = reconcile(two_h100_pods(), [], NOW, networks=frozenset())
+    first = plan_for(two_h100_pods(), [], NOW, networks=frozenset())
     assert first.status is not None
     restarted = {**first.status, "attempt": 2}
-    assert reconcile({**two_h100_pods(), "status": restarted}, [], NOW).read_networks
-    plan = reconcile({**two_h100_pods(), "status": restarted}, [], NOW, networks=TCPX_NETWORKS)
+    assert needs_for({**two_h100_pods(), "status": restarted}, [], NOW).networks
+    plan = plan_for({**two_h100_pods(), "status": restarted}, [], NOW, networks=TCPX_NETWORKS)
     assert plan.status is not None and plan.status["nccl"] == {
         "attempt": 2, "profile": "GPUDirectTCPX", "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present"
     }  # fmt: skip
@@ -110,7 +111,7 @@ def test_an_explicit_profile_without_its_networks_is_invalid_naming_them_and_rec
     None
 ):
     job = two_h100_pods(nccl={"profile": "GPUDirectTCPXO"})
-    plan = reconcile(job, [], NOW, networks=frozenset({"vpc1", "vpc2"}))
+    plan = plan_for(job, [], NOW, networks=frozenset({"vpc1", "vpc2"}))
     assert plan.status is not None and plan.status["phase"] == "Invalid" and not plan.create
     invalid = next(c for c in plan.status["conditions"] if c["type"] == "Invalid")
     assert invalid["message"].startswith(
@@ -118,14 +119,14 @@ def test_an_explicit_profile_without_its_networks_is_invalid_naming_them_and_rec
         "vpc3, vpc4, vpc5, vpc6, vpc7, vpc8, which this cluster lacks"
     )
     assert plan.requeue_after == 30.0  # an admin may create them: looked for again soon
-    later = reconcile({**job, "status": plan.status}, [], NOW, networks=GKE_NETWORKS)
+    later = plan_for({**job, "status": plan.status}, [], NOW, networks=GKE_NETWORKS)
     assert later.status is not None and later.status["phase"] != "Invalid" and len(later.create) == 2
 
 
 def test_jobs_without_gpus_or_with_an_explicit_tcp_profile_record_no_choice() -> None:
     for job in (manifest(("Worker", 2)), two_h100_pods(nccl={"profile": "TCP"})):
-        plan = reconcile(job, [], NOW)
-        assert not plan.read_networks and plan.status is not None and "nccl" not in plan.status
+        plan = plan_for(job, [], NOW)  # decided without reading the networks
+        assert plan.status is not None and "nccl" not in plan.status
 
 
 @pytest.mark.parametrize(
@@ -161,6 +162,6 @@ def test_auto_takes_gpudirect_where_its_installers_run_or_when_they_could_not_be
 
 
 def test_a_pass_passes_the_installers_it_read_to_the_choice() -> None:
-    plan = reconcile(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS, installers={})
+    plan = plan_for(two_h100_pods(), [], NOW, networks=TCPX_NETWORKS, installers={})
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
     assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Warning"]

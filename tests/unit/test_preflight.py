@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dtjob.core.plan import Event, reconcile
+from dtjob.core.plan import Event
 from dtjob.core.preflight import PREFLIGHT_CONTAINER, result_of
 from tests.support.builders import (
     GKE_NETWORKS,
@@ -19,6 +19,7 @@ from tests.support.builders import (
     preflight_ended,
     preflight_outcome,
 )
+from tests.support.plan import plan_for
 
 ACCELERATED = {"accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "nccl": {"profile": "GPUDirectTCPX"}}
 
@@ -78,7 +79,7 @@ def test_a_floor_in_the_spec_wins_and_no_preflight_is_rendered_unless_enabled() 
 
 
 def started(manifest_: dict[str, Any]) -> dict[str, Any]:
-    plan = reconcile(manifest_, [], NOW, networks=GKE_NETWORKS)
+    plan = plan_for(manifest_, [], NOW, networks=GKE_NETWORKS)
     return {**manifest_, "status": plan.status}
 
 
@@ -86,7 +87,7 @@ def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     spec = job(**ACCELERATED)
     pods = pods_of(spec)
     children = [preflight_ended(pod, 0, preflight_outcome("PreflightPassed")) for pod in pods.values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
+    plan = plan_for(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None
     assert plan.status["preflight"] == {
         "attempt": 1, "passed": True, "message": "all-reduce busbw 41.25 GB/s at 64 MiB over 2 ranks, transport GPUDirectTCPX_v7",
@@ -96,7 +97,7 @@ def test_a_passed_preflight_lands_in_status_with_an_event_once() -> None:
     assert (
         Event("Normal", "PreflightPassed", f"attempt 1: {plan.status['preflight']['message']}") in plan.events
     )
-    again = reconcile(
+    again = plan_for(
         {**spec, "status": plan.status}, children, NOW + timedelta(seconds=20), networks=GKE_NETWORKS
     )
     assert again.status is None and again.events == []
@@ -106,7 +107,7 @@ def test_a_failed_preflight_fails_the_job_fast_naming_the_transport_and_figure_c
     spec = job(**ACCELERATED)
     fell_back = preflight_outcome("PreflightFailed", busbw=2.1, transport="Socket")
     children = [preflight_ended(pod, 3, fell_back) for pod in pods_of(spec).values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
+    plan = plan_for(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["phase"] == "Failed"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PreflightFailed"
@@ -122,7 +123,7 @@ def test_a_preflight_that_crashed_is_an_ordinary_failure_with_its_log_tail() -> 
     spec = job(**ACCELERATED)
     crash = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'dtjob_trainer'"
     children = [preflight_ended(pod, 1, crash) for pod in pods_of(spec).values()]
-    plan = reconcile(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
+    plan = plan_for(started(spec), children, NOW + timedelta(seconds=10), networks=GKE_NETWORKS)
     assert plan.status is not None and plan.status["lastRestart"]["reason"] == "PodFailed"
     assert plan.status["lastRestart"]["message"].endswith("No module named 'dtjob_trainer'")
     assert "preflight" not in plan.status

@@ -10,18 +10,18 @@ from pydantic import ValidationError
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.core.frameworks import Gang
 from dtjob.core.names import JobRef
-from dtjob.core.plan import Event, reconcile
+from dtjob.core.plan import Event
 from dtjob.core.progress import Phase, Report, judge, received, slow_ranks, stall_message, summary
 from dtjob.core.render import render_children, render_pod
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
-from tests.support.plan import after
+from tests.support.plan import after, plan_for
 from tests.support.progress import DEADLINE, JOB, MASTER, WORKER, at, reports
 
 
 def running_job(job: dict[str, Any] = JOB) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    started = after(job, reconcile(job, [], NOW))
+    started = after(job, plan_for(job, [], NOW))
     children = [service_of(job), *(running(p) for p in pods_of(job).values())]
-    return after(started, reconcile(started, children, NOW)), children
+    return after(started, plan_for(started, children, NOW)), children
 
 
 def test_a_report_names_the_field_it_gets_wrong_and_refuses_unknown_ones() -> None:
@@ -115,20 +115,20 @@ def test_without_reports_a_new_leader_judges_from_the_recorded_progress_of_the_a
 def test_a_pass_writes_the_progress_and_requeues_for_the_deadline() -> None:
     job, children = running_job()
     ledger = reports((0, MASTER, {"step": 3, "totalSteps": 30}), (1, WORKER, {"step": 3}))
-    plan = reconcile(job, children, at(10), ledger=ledger)
+    plan = plan_for(job, children, at(10), ledger=ledger)
     assert plan.status is not None
     assert plan.status["progress"] == {
         "attempt": 1, "step": 3, "totalSteps": 30, "percent": 10.0, "updatedAt": "2030-01-01T12:00:00Z"
     }  # fmt: skip
     assert plan.requeue_after == pytest.approx(51)  # the worker's first report, at 1 s, is the latest
-    quiet = reconcile(after(job, plan), children, at(11), ledger=ledger)
+    quiet = plan_for(after(job, plan), children, at(11), ledger=ledger)
     assert quiet.status is None  # nothing new: nothing written
 
 
 def test_a_hung_gang_restarts_as_its_own_cause_and_fails_past_max_hang_restarts() -> None:
     job, children = running_job()
     ledger = reports((0, MASTER, {"step": 3}), (0, WORKER, {"step": 2}))
-    plan = reconcile(job, children, at(61), ledger=ledger)
+    plan = plan_for(job, children, at(61), ledger=ledger)
     assert plan.status is not None
     assert plan.status["restarts"] == {"failures": 0, "preemptions": 0, "hangs": 1, "total": 1}
     assert plan.status["lastRestart"]["reason"] == "ProgressDeadlineExceeded"
@@ -141,7 +141,7 @@ def test_a_hung_gang_restarts_as_its_own_cause_and_fails_past_max_hang_restarts(
     restarted = after(job, plan)
     second = [service_of(JOB), *(running(p) for p in pods_of(JOB, attempt=2).values())]
     ledger = reports((100, MASTER, {"step": 5}), attempt=2)
-    failed = reconcile(restarted, second, at(161), ledger=ledger)
+    failed = plan_for(restarted, second, at(161), ledger=ledger)
     assert failed.status is not None and failed.status["phase"] == "Failed"
     assert failed.status["conditions"][-1]["message"].startswith("maxHangRestarts (1) reached; last: no step")
 
@@ -151,17 +151,17 @@ def test_no_hang_is_judged_while_a_member_is_not_running_or_without_the_policy()
     stalled = reports((0, MASTER, {"step": 3}))
     pending = [child for child in children if child["metadata"]["name"] != WORKER]
     pending.append(pods_of(JOB)[WORKER])  # created, not running yet
-    waiting = reconcile(job, pending, at(600), ledger=stalled).status
+    waiting = plan_for(job, pending, at(600), ledger=stalled).status
     assert waiting is not None and (waiting["attempt"], waiting["restarts"]["total"]) == (1, 0)
     plain = manifest(("Master", 1), ("Worker", 1), checkpoint=SHARED_CHECKPOINTS)
     plain_job, plain_children = running_job(plain)
-    plan = reconcile(plain_job, plain_children, at(600), ledger=stalled)
+    plan = plan_for(plain_job, plain_children, at(600), ledger=stalled)
     assert plan.status is not None and plan.status["restarts"]["total"] == 0  # progress is shown all the same
     assert plan.status["progress"]["step"] == 3
 
 
 def test_pods_get_the_intake_url_and_a_token_for_its_audience_only_when_the_operator_has_one() -> None:
-    plan = reconcile(JOB, [], NOW, progress_url="http://dtjob-progress.dtjob-system.svc:8082/v1/progress")
+    plan = plan_for(JOB, [], NOW, progress_url="http://dtjob-progress.dtjob-system.svc:8082/v1/progress")
     pod = plan.create[0]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["DTJ_PROGRESS_URL"] == "http://dtjob-progress.dtjob-system.svc:8082/v1/progress"
@@ -183,10 +183,10 @@ def test_pods_get_the_intake_url_and_a_token_for_its_audience_only_when_the_oper
 def test_a_progress_field_the_trainer_stops_sending_is_gone_from_the_stored_status() -> None:
     job, children = running_job()
     timed = reports((0, MASTER, {"step": 3, "totalSteps": 30, "stepSeconds": 0.5, "loss": 1.0}))
-    stored = after(job, reconcile(job, children, at(1), ledger=timed))
+    stored = after(job, plan_for(job, children, at(1), ledger=timed))
     assert {"eta", "loss", "stepSeconds"} <= set(stored["status"]["progress"])
     plain = received(timed, 1, MASTER, Report(step=4), at(2))  # a script that reports the step alone
-    stored = after(stored, reconcile(stored, children, at(3), ledger=plain))  # the merge patch, applied
+    stored = after(stored, plan_for(stored, children, at(3), ledger=plain))  # the merge patch, applied
     assert stored["status"]["progress"] == {"attempt": 1, "step": 4, "updatedAt": "2030-01-01T12:00:02Z"}
 
 
@@ -215,7 +215,7 @@ def test_a_slow_rank_is_named_with_its_node_in_a_condition_and_an_event_until_it
     ledger = reports(
         (0, MASTER, {"step": 5, "ownStepSeconds": 0.004}), (0, WORKER, {"step": 5, "ownStepSeconds": 0.05})
     )
-    plan = reconcile(job, children, at(10), ledger=ledger)
+    plan = plan_for(job, children, at(10), ledger=ledger)
     assert plan.status is not None
     slow = next(c for c in plan.status["conditions"] if c["type"] == "SlowRank")
     said = (f"pod {WORKER} on node gpu-node-1 takes 0.05s of its own work a step against 0.004s for the "
@@ -223,12 +223,12 @@ def test_a_slow_rank_is_named_with_its_node_in_a_condition_and_an_event_until_it
     assert (slow["status"], slow["reason"], slow["message"]) == ("True", "SlowRank", said)
     assert Event("Warning", "SlowRank", said) in plan.events
     recovered = received(ledger, 1, WORKER, Report(step=9, own_step_seconds=0.005), at(20))
-    plan = reconcile(after(job, plan), children, at(21), ledger=recovered)
+    plan = plan_for(after(job, plan), children, at(21), ledger=recovered)
     assert plan.status is not None
     slow = next(c for c in plan.status["conditions"] if c["type"] == "SlowRank")
     assert (slow["status"], slow["reason"]) == ("False", "NoSlowRank")
     # A job that never had a slow rank carries no such condition.
-    quiet = reconcile(job, children, at(10), ledger=recovered)
+    quiet = plan_for(job, children, at(10), ledger=recovered)
     assert quiet.status is not None and all(c["type"] != "SlowRank" for c in quiet.status["conditions"])
 
 
@@ -239,12 +239,12 @@ def test_a_rank_slow_for_slow_rank_restart_seconds_restarts_the_gang_off_its_nod
     ledger = reports(
         (0, MASTER, {"step": 5, "ownStepSeconds": 0.004}), (0, WORKER, {"step": 5, "ownStepSeconds": 0.05})
     )
-    found = reconcile(job, children, at(10), ledger=ledger)  # SlowRank turns True: the clock starts
+    found = plan_for(job, children, at(10), ledger=ledger)  # SlowRank turns True: the clock starts
     assert found.requeue_after is not None and found.requeue_after <= 60
     job = after(job, found)
-    waiting = reconcile(job, children, at(69), ledger=ledger)
+    waiting = plan_for(job, children, at(69), ledger=ledger)
     assert not waiting.delete and waiting.requeue_after is not None and waiting.requeue_after <= 1
-    moved = reconcile(job, children, at(71), ledger=ledger)
+    moved = plan_for(job, children, at(71), ledger=ledger)
     assert moved.status is not None
     assert moved.status["restarts"] == {"failures": 0, "preemptions": 0, "slowRanks": 1, "total": 1}
     assert (moved.status["attempt"], moved.status["avoidedNodes"]) == (2, ["gpu-node-1"])
@@ -257,10 +257,10 @@ def test_a_rank_slow_for_slow_rank_restart_seconds_restarts_the_gang_off_its_nod
     slow = next(c for c in moved.status["conditions"] if c["type"] == "SlowRank")
     assert (slow["status"], slow["reason"]) == ("False", "NoSlowRank"), slow
     job = after(job, moved)
-    stale = reconcile(job, children, at(72))  # the next pass deletes the old attempt's pods
+    stale = plan_for(job, children, at(72))  # the next pass deletes the old attempt's pods
     assert {d.name for d in stale.delete if d.kind == "Pod"} == {MASTER, WORKER}
     # The next attempt's pods, created once the old ones are gone, are kept off the node.
-    restarted = reconcile(after(job, stale), [service_of(job)], at(73))
+    restarted = plan_for(after(job, stale), [service_of(job)], at(73))
     avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-node-1"]}
     for pod in restarted.create:
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -275,8 +275,8 @@ def test_no_slow_rank_restart_without_the_opt_in_or_past_three_avoided_nodes() -
     for run_policy, avoided in (({}, []), ({"slowRankRestartSeconds": 60}, ["a", "b", "c"])):
         job, children = running_job(manifest(("Master", 1), ("Worker", 1), runPolicy=run_policy))
         job["status"]["avoidedNodes"] = avoided
-        job = after(job, reconcile(job, children, at(10), ledger=ledger))
-        late = reconcile(job, children, at(1000), ledger=ledger)
+        job = after(job, plan_for(job, children, at(10), ledger=ledger))
+        late = plan_for(job, children, at(1000), ledger=ledger)
         assert not late.delete and (late.status is None or late.status["attempt"] == 1), run_policy
 
 

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from dtjob.api import Condition, ConditionType, JobStatus
-from dtjob.core.plan import read_status, reconcile
 from dtjob.core.status import Event, transition_events
+from dtjob.core.status.codec import read_status
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
+from tests.support.plan import plan_for
 
 JOB = manifest(("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 
 
 def status_after(job: dict[str, Any], children: list[dict[str, Any]], seconds: int) -> dict[str, Any]:
-    plan = reconcile(job, children, NOW + timedelta(seconds=seconds))
+    plan = plan_for(job, children, NOW + timedelta(seconds=seconds))
     return {**job, "status": plan.status} if plan.status is not None else job
 
 
@@ -28,7 +29,7 @@ def test_a_restarted_gang_running_again_clears_restarting_without_an_event_of_it
     assert job["status"]["phase"] == "Restarting"
     job = status_after(job, [], 20)  # the old pods are gone and the backoff passed: attempt 2 is created
     second = [running(p) for p in pods_of(JOB, attempt=2).values()]
-    plan = reconcile(job, second, NOW + timedelta(seconds=30))
+    plan = plan_for(job, second, NOW + timedelta(seconds=30))
     assert plan.status is not None and plan.status["phase"] == "Running" and plan.status["attempt"] == 2
     conditions = {c["type"]: (c["status"], c["lastTransitionTime"]) for c in plan.status["conditions"]}
     assert conditions == {
@@ -88,13 +89,13 @@ def test_every_restart_is_a_warning_naming_the_attempt_and_the_cause() -> None:
 
 def test_an_unreadable_stored_status_does_not_wedge_the_job() -> None:
     job = {**JOB, "status": {"attempt": "not a number", "conditions": "garbage"}}
-    plan = reconcile(job, [], NOW)
+    plan = plan_for(job, [], NOW)
     assert plan.status is not None and plan.status["attempt"] == 1 and len(plan.create) == 2
 
 
 def test_a_status_written_by_a_newer_operator_keeps_its_attempt() -> None:
     job = {**JOB, "status": {"attempt": 7, "futureField": {"x": 1}, "conditions": []}}
-    plan = reconcile(job, [], NOW)
+    plan = plan_for(job, [], NOW)
     assert plan.status is not None and plan.status["attempt"] == 7
     assert {p["metadata"]["labels"]["training.dtjob.io/attempt"] for p in plan.create} == {"7"}
 
@@ -129,7 +130,7 @@ def test_a_status_a_newer_operator_wrote_keeps_attempt_and_counters_on_rollback(
 
 
 def test_every_status_the_operator_writes_reads_back_identically() -> None:
-    plan = reconcile(JOB, [], NOW)
+    plan = plan_for(JOB, [], NOW)
     assert plan.status is not None
     assert (
         JobStatus.model_validate(plan.status).model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -142,7 +143,7 @@ def test_an_unschedulable_pod_shows_the_schedulers_message_until_every_pod_is_pl
     job = status_after(manifest(("Worker", 2), runPolicy={"schedulingTimeoutSeconds": 600}), [], 0)
     pods = pods_of(job)
     waiting = [pending(pods["mnist-worker-0"]), pending(pods["mnist-worker-1"], unschedulable=True)]
-    plan = reconcile(job, waiting, NOW + timedelta(seconds=5))
+    plan = plan_for(job, waiting, NOW + timedelta(seconds=5))
     assert plan.status is not None and plan.status["phase"] == "Pending"
     unschedulable = next(c for c in plan.status["conditions"] if c["type"] == "Unschedulable")
     message = (
@@ -153,7 +154,7 @@ def test_an_unschedulable_pod_shows_the_schedulers_message_until_every_pod_is_pl
         "True", "PodUnschedulable", message,
     )  # fmt: skip
     assert Event("Warning", "PodUnschedulable", message) in plan.events
-    placed = reconcile(
+    placed = plan_for(
         {**job, "status": plan.status}, [running(p) for p in pods.values()], NOW + timedelta(seconds=9)
     )
     assert placed.status is not None
@@ -172,14 +173,12 @@ def test_a_pod_no_node_of_its_placement_group_can_take_says_what_gke_offers() ->
     no_group["status"]["conditions"][0]["message"] = (
         "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
     )
-    plan = reconcile(job, [no_group, pending(pods["mnist-worker-1"])], NOW + timedelta(seconds=5))
+    plan = plan_for(job, [no_group, pending(pods["mnist-worker-1"])], NOW + timedelta(seconds=5))
     assert plan.status is not None
     message = next(c for c in plan.status["conditions"] if c["type"] == "Unschedulable")["message"]
     assert "cloud.google.com/gke-placement-group=pg-1 (accelerator.placementGroup)" in message
     assert "--placement-type=COMPACT" in message and message.endswith("(docs/gke.md#compact-placement)")
-    short = reconcile(
-        job, [pending(p, unschedulable=True) for p in pods.values()], NOW + timedelta(seconds=5)
-    )
+    short = plan_for(job, [pending(p, unschedulable=True) for p in pods.values()], NOW + timedelta(seconds=5))
     assert short.status is not None
     message = next(c for c in short.status["conditions"] if c["type"] == "Unschedulable")["message"]
     assert "placement" not in message
@@ -191,7 +190,7 @@ def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> No
     job = status_after(job, waiting, 5)
     assert {c["type"]: c["status"] for c in job["status"]["conditions"]}["Unschedulable"] == "True"
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
-    plan = reconcile(suspended, waiting, NOW + timedelta(seconds=9))
+    plan = plan_for(suspended, waiting, NOW + timedelta(seconds=9))
     assert plan.status is not None and plan.status["phase"] == "Suspended"
     conditions = {c["type"]: (c["status"], c["reason"]) for c in plan.status["conditions"]}
     assert conditions["Unschedulable"] == ("False", "Scheduled")
@@ -199,21 +198,21 @@ def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> No
 
 def test_a_gang_without_a_checkpoint_volume_is_warned_once_and_the_warning_goes_with_a_volume() -> None:
     unshared = manifest(("Worker", 2))
-    plan = reconcile(unshared, [], NOW)
+    plan = plan_for(unshared, [], NOW)
     assert plan.status is not None
     warning = next(c for c in plan.status["conditions"] if c["type"] == "CheckpointNotShared")
     assert (warning["status"], warning["reason"]) == ("True", "CheckpointNotShared")
     assert "spec.checkpoint.volume" in warning["message"]
     assert Event("Warning", "CheckpointNotShared", warning["message"]) in plan.events
     assert plan.status["phase"] == "Pending"  # a warning: the job runs
-    again = reconcile({**unshared, "status": plan.status}, [], NOW + timedelta(seconds=5))
+    again = plan_for({**unshared, "status": plan.status}, [], NOW + timedelta(seconds=5))
     assert [e for e in again.events if e.reason == "CheckpointNotShared"] == []  # said once
     fixed = {
         **unshared,
         "spec": {**unshared["spec"], "checkpoint": SHARED_CHECKPOINTS},
         "status": plan.status,
     }
-    cleared = reconcile(fixed, [], NOW + timedelta(seconds=10))
+    cleared = plan_for(fixed, [], NOW + timedelta(seconds=10))
     assert cleared.status is not None
     assert (
         next(c for c in cleared.status["conditions"] if c["type"] == "CheckpointNotShared")["status"]

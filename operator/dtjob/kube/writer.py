@@ -22,7 +22,8 @@ from pydantic import ValidationError
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
 from dtjob.core import kueue
 from dtjob.core.names import JobRef
-from dtjob.core.plan import Delete, Event, Plan, Relabel, status_patch
+from dtjob.core.plan import Delete, Event, Plan, Relabel
+from dtjob.core.status.codec import status_patch
 from dtjob.kube.client import api_client, core, custom, networking, resource
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import FIELD_MANAGER, Gate

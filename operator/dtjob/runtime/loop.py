@@ -17,13 +17,14 @@ from dtjob import metrics
 from dtjob.api import KIND
 from dtjob.core.observed import nodes_to_judge, owned_by
 from dtjob.core.plan import Event, Plan
+from dtjob.core.world import KueueFacts
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
 from dtjob.kube.refusals import link_failure, refusal
 from dtjob.kube.writer import Executed
 from dtjob.runtime.created import CREATED_MEMORY, children_seen, remember_created
 from dtjob.runtime.legacy import LEGACY_FINALIZER, legacy
-from dtjob.runtime.one_pass import Queue, run_pass
+from dtjob.runtime.one_pass import run_pass
 from dtjob.runtime.state import JobMemory, Runtime
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,10 @@ def _pass_inputs(
     children, overdue = children_seen(uid, others, pods, memory.created, now)
     workloads = [w for w in (json.loads(w) for w in caches.workloads.of(key)) if owned_by(w, uid)]
     routes = dict(caches.routes.get(key[0], {}))
-    queue = Queue(workloads[0] if workloads else None, dict(caches.flavors), runtime.kueue_served, routes)
+    served = runtime.kueue_served
+    queue = KueueFacts(
+        workloads[0] if workloads else None, dict(caches.flavors), served, routes if served else None
+    )
     known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]

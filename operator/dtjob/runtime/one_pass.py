@@ -1,19 +1,21 @@
-"""One pass, in a worker thread: decide on what the caches hold (and what the plan asks to read first),
-execute the plan, and on a conflict read the job once."""
+"""One pass, in a worker thread: decide on what the caches hold (and what the core asks to read first: its
+Needs, each read once), execute the plan, and on a conflict read the job once."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from dtjob import metrics
 from dtjob.core import progress
 from dtjob.core.observed import nodes_to_judge, pod_essentials
-from dtjob.core.plan import Plan, reconcile, refused_pods
+from dtjob.core.plan import Plan
+from dtjob.core.reconcile import reconcile, refused_pods
+from dtjob.core.world import GkeFacts, KueueFacts, Needs, PassSettings, World
 from dtjob.kube.access import Kube
 from dtjob.kube.refusals import Refused
 from dtjob.kube.writer import Executed
@@ -23,16 +25,8 @@ from dtjob.settings import OperatorSettings
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Queue:
-    """What a pass needs of Kueue: the job's Workload and the ResourceFlavors, as read."""
-
-    workload: dict[str, Any] | None
-    flavors: dict[str, dict[str, Any]]
-    served: bool
-    routes: dict[str, str]
-    """The ClusterQueue of each LocalQueue in the job's namespace."""
-
+# Reads before a decision: the inputs (networks, priority), then a listing to confirm members gone.
+MAX_READ_ROUNDS: Final = 2
 
 PassOutcome = tuple[Plan, Executed, dict[str, Any] | None, list[dict[str, Any]]]
 
@@ -53,7 +47,7 @@ def _pass_in_slot(
     unknown_nodes: list[str],
     now: datetime,
     config: OperatorSettings,
-    queue: Queue,
+    queue: KueueFacts,
     ledger: progress.Ledger | None,
 ) -> PassOutcome:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
@@ -70,28 +64,10 @@ def _pass_in_slot(
                     len(lagging), job["metadata"]["namespace"], job["metadata"]["name"])  # fmt: skip
     children = children + lagging
     nodes += _unknown_nodes_of(kube, lagging, nodes)
-    decide = functools.partial(
-        reconcile, daemon_images=config.daemon_images, workload=queue.workload, flavors=queue.flavors,
-        kueue_served=queue.served, routes=queue.routes if queue.served else None, ledger=ledger,
-        progress_url=config.progress_url if config.progress_port is not None else None,
-    )  # fmt: skip
-    read: dict[str, Any] = {}  # what a plan asked the pass to read first, once each
-    plan = decide(job, children, now, nodes)
-    if plan.confirm_missing:  # the cache says members are gone: a listing of the job's pods says for sure
-        listed = [pod_essentials(pod) for pod in kube.read.list_job_pods(job)]
-        children = [child for child in children if child.get("kind") != "Pod"] + listed
-        nodes += _unknown_nodes_of(kube, listed, nodes)
-        plan = decide(job, children, now, nodes)
-    while True:
-        if plan.read_networks and "networks" not in read:  # once an attempt, for a profile needing them
-            read["networks"] = kube.read.read_networks()
-            read["installers"] = kube.read.read_gpudirect_daemonsets()
-            read["device_classes"] = kube.read.read_device_classes()
-        elif plan.read_priority is not None and "priority" not in read:  # once, for a queued job's Workload
-            read["priority"] = kube.read.read_priority(plan.read_priority)
-        else:
-            break
-        plan = decide(job, children, now, nodes, **read)
+    settings = PassSettings(
+        config.daemon_images, config.progress_url if config.progress_port is not None else None
+    )
+    plan = _decided(kube, World(job, children, now, nodes, kueue=queue, ledger=ledger, settings=settings))
     try:
         done = kube.write.execute(job, plan, slot)
     except Refused as refused:  # the spec cannot work: say so on the job instead of retrying
@@ -104,7 +80,39 @@ def _pass_in_slot(
 
 
 def _unknown_nodes_of(
-    kube: Kube, pods: list[dict[str, Any]], known: list[dict[str, Any]]
+    kube: Kube, pods: Sequence[Mapping[str, Any]], known: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     names = {node["metadata"]["name"] for node in known}
     return kube.read.read_nodes(name for name in nodes_to_judge(pods) if name not in names)
+
+
+def _decided(kube: Kube, world: World) -> Plan:
+    """The core's plan, once it has read what it asked for: the inputs it can tell it lacks before deciding
+    come in one round, a confirmation listing (only a decision can ask for one) in the next."""
+    outcome = reconcile(world)
+    for _ in range(MAX_READ_ROUNDS):
+        if not isinstance(outcome, Needs):
+            return outcome
+        world = _read(kube, world, outcome)
+        outcome = reconcile(world)
+    if isinstance(outcome, Needs):  # a core that asks again for what it was given would loop for good
+        raise RuntimeError(f"the core still needs {outcome} after {MAX_READ_ROUNDS} rounds of reads")
+    return outcome
+
+
+def _read(kube: Kube, world: World, needs: Needs) -> World:
+    """The world completed with what the core asked for. Each is asked for once: the core asks only for
+    what the world lacks, and each read fills it."""
+    if needs.networks:
+        gke = GkeFacts(
+            kube.read.read_networks(), kube.read.read_device_classes(), kube.read.read_gpudirect_daemonsets()
+        )
+        world = replace(world, gke=gke)
+    if needs.priority is not None:
+        world = replace(world, kueue=replace(world.kueue, priority=kube.read.read_priority(needs.priority)))
+    if needs.listing:  # the cache says members are gone: a listing of the job's pods says for sure
+        listed = [pod_essentials(pod) for pod in kube.read.list_job_pods(world.job)]
+        children = [child for child in world.children if child.get("kind") != "Pod"] + listed
+        nodes = [*(world.nodes or ()), *_unknown_nodes_of(kube, listed, world.nodes or ())]
+        world = replace(world, children=children, nodes=nodes, listed=True)
+    return world

@@ -1,0 +1,107 @@
+"""A pass's network step: the NCCL profile of the attempt's GPU pods, chosen once an attempt (and kept in
+status.nccl), or the one recorded for it; a job Invalid for now when the explicit profile it names cannot
+start on this cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Final
+
+from dtjob.api import DistributedTrainingJobSpec, JobStatus, NcclChoice, NcclProfileName
+from dtjob.core.gke import (
+    NETWORK_GROUP,
+    NetworkChoice,
+    choose,
+    daemon_mismatch,
+    missing_device_class,
+    missing_networks,
+    needs_networks,
+    on_autopilot,
+)
+from dtjob.core.world import GkeFacts
+
+# How soon a job Invalid for want of an object an admin may still create (its profile's Network objects,
+# the priority class it names) looks for it again.
+RECHECK_SECONDS: Final = 30.0
+
+
+@dataclass(frozen=True)
+class AttemptNetwork:
+    """The attempt's network: the profile its pods render with, and the choice made in this pass (None
+    when it was made before, or none is made: CPU pods, an explicit TCP)."""
+
+    profile: NcclProfileName | None
+    autopilot: bool
+    chosen: NetworkChoice | None
+
+
+def chooses_network(spec: DistributedTrainingJobSpec) -> bool:
+    """Whether the job's GPU pods get a network chosen for each attempt (kept in status.nccl): Auto, or
+    an explicit profile whose Network objects must exist. Not for CPU jobs or an explicit TCP."""
+    return spec.accelerator is not None and (
+        spec.nccl.profile == NcclProfileName.AUTO or needs_networks(spec)
+    )
+
+
+def recorded(old: JobStatus) -> NcclChoice | None:
+    """The choice status.nccl holds for the current attempt."""
+    return old.nccl if old.nccl is not None and old.nccl.attempt == old.attempt else None
+
+
+def needs_gke_facts(spec: DistributedTrainingJobSpec, old: JobStatus, gke: GkeFacts) -> bool:
+    """Whether the choice is still to be made for this attempt and needs the Network objects, unread."""
+    return chooses_network(spec) and recorded(old) is None and gke.networks is None and needs_networks(spec)
+
+
+def attempt_network(spec: DistributedTrainingJobSpec, old: JobStatus, gke: GkeFacts) -> AttemptNetwork | str:
+    """The attempt's network; or why the explicit profile cannot start here (the job is Invalid until an
+    admin creates what it lacks)."""
+    before = recorded(old)
+    if not chooses_network(spec):
+        return AttemptNetwork(None, bool(before and before.autopilot), None)
+    if before is not None:
+        return AttemptNetwork(before.profile, bool(before.autopilot), None)
+    classes = gke.device_classes or frozenset()
+    running = frozenset(gke.installers) if gke.installers is not None else None
+    networks = gke.networks or frozenset()
+    chosen = choose(spec, networks, running, classes, on_autopilot(gke.installers))
+    if (missing := _networks_missing(spec, chosen, networks, classes)) is not None:
+        return missing
+    return AttemptNetwork(chosen.profile, chosen.autopilot, chosen)
+
+
+def paired(chosen: NetworkChoice | None, daemon_image: str | None, gke: GkeFacts) -> NetworkChoice | None:
+    """The choice, degraded when the attempt's GPUDirect daemon does not pair with the cluster's plugin."""
+    if chosen is not None and (
+        mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {})
+    ):
+        return replace(chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True)
+    return chosen
+
+
+def _networks_missing(
+    spec: DistributedTrainingJobSpec,
+    chosen: NetworkChoice,
+    networks: frozenset[str],
+    device_classes: frozenset[str],
+) -> str | None:
+    """Why an explicit profile cannot start here: the cluster lacks its Network objects, or the DeviceClass
+    it claims NICs from (Auto falls back)."""
+    if spec.nccl.profile == NcclProfileName.AUTO:
+        return None
+    if (device_class := missing_device_class(chosen.profile, device_classes)) is not None:
+        return (
+            f"spec.nccl.profile: {chosen.profile} claims each pod's GPU NICs from the DRA DeviceClass "
+            f"{device_class}, which this cluster lacks: GKE installs it on clusters with managed DRANET "
+            f"(docs/gke.md; this job looks again every {RECHECK_SECONDS:.0f}s). Use profile RDMA with "
+            "the rdma-N Network objects, or Auto"
+        )
+    missing = missing_networks(spec, chosen.profile, networks, chosen.autopilot)
+    if not missing:
+        return None
+    return (
+        f"spec.nccl.profile: {chosen.profile} attaches each pod to the GKE Network objects "
+        f"({NETWORK_GROUP}/v1) {', '.join(missing)}, which this cluster lacks. An admin creates them "
+        f"(docs/gke.md; this job looks again every {RECHECK_SECONDS:.0f}s); or use profile Auto, "
+        "which falls back to TCP without them"
+    )
