@@ -32,6 +32,9 @@ JobKey = tuple[str, str]
 G = TypeVar("G")
 V = TypeVar("V")
 
+# A reader: what it reads (for logs), its lister, what it keeps of an object, where that goes, its selector.
+_Reader = tuple[str, Lister, Callable[[dict[str, Any]], Any], Callable[[str, Any], None], str | None]
+
 
 class Grouped(Generic[G, V]):
     """Objects by key, and by a group each belongs to (a job, a node)."""
@@ -126,11 +129,25 @@ class Caches:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        self._listed: set[str] = set()
+        self.reflectors = [
+            Reflector(
+                what,
+                lister,
+                keep,
+                on_change=functools.partial(self._in_loop, apply),
+                on_listed=functools.partial(self._in_loop, self._listed_once, what),
+                label_selector=selector,
+            )
+            for what, lister, keep, apply, selector in self._readers(namespaces, kueue_served)
+        ]
+
+    def _readers(self, namespaces: Sequence[str], kueue_served: bool) -> list[_Reader]:
+        """What to read, with what each keeps of an object and where it goes: every kind in every watched
+        namespace (or the cluster), the cluster-wide kinds, Kueue's kinds where it is served."""
         scopes: list[str | None] = list(namespaces) or [None]
         owned = JOB_NAME_LABEL  # a selector on the label's presence: every child carries its job's name
-        readers: list[
-            tuple[str, Lister, Callable[[dict[str, Any]], Any], Callable[[str, Any], None], str | None]
-        ] = []
+        readers: list[_Reader] = []
         for ns in scopes:
             where = f" in {ns}" if ns else ""
             readers += [
@@ -151,18 +168,7 @@ class Caches:
             readers.append(("resourceflavors", _kueue_lister(kueue.RESOURCE_FLAVORS, None),
                             without_managed_fields, self._flavor, None))  # fmt: skip
         readers.append(("nodes", core().list_node, node_essentials, self._node, None))
-        self._listed: set[str] = set()
-        self.reflectors = [
-            Reflector(
-                what,
-                lister,
-                keep,
-                on_change=functools.partial(self._in_loop, apply),
-                on_listed=functools.partial(self._in_loop, self._listed_once, what),
-                label_selector=selector,
-            )
-            for what, lister, keep, apply, selector in readers
-        ]
+        return readers
 
     def start(self) -> None:
         for reflector in self.reflectors:
