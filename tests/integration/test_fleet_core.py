@@ -15,13 +15,14 @@ import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-import dtjob.core.plan
+import dtjob.core.writes
 from dtjob.core.observed import pod_essentials
 from dtjob.core.plan import Event
+from dtjob.core.world import KueueFacts
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
-from dtjob.runtime.one_pass import Queue, run_pass
+from dtjob.runtime.one_pass import run_pass
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
 from localcluster import Cluster, sim
 from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
@@ -75,14 +76,14 @@ def test_an_upgraded_render_never_touches_running_pods_and_reaches_the_next_atte
     before = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}
 
     # The next operator version renders one more environment variable into every pod.
-    render_pod: Callable[..., dict[str, Any]] = dtjob.core.plan.render_pod
+    render_pod: Callable[..., dict[str, Any]] = dtjob.core.writes.render_pod
 
     def newer_render(*args: Any) -> dict[str, Any]:
         pod = render_pod(*args)
         pod["spec"]["containers"][0]["env"].append({"name": "NEW_IN_V2", "value": "1"})
         return pod
 
-    monkeypatch.setattr(dtjob.core.plan, "render_pod", newer_render)
+    monkeypatch.setattr(dtjob.core.writes, "render_pod", newer_render)
     with running_operator(cluster_b, namespace) as runner:
         wake(jobs, "upgrade", 1)
         after = {p.metadata.name: (p.metadata.uid, p.metadata.resource_version) for p in jobs.pods("upgrade")}
@@ -201,7 +202,7 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     slot = threading.BoundedSemaphore(1)
     kube = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST)
     plan, _, _, lagging = run_pass(
-        slot, kube, job, [], created, [], [], now, OperatorSettings(), Queue(None, {}, False, {}), None
+        slot, kube, job, [], created, [], [], now, OperatorSettings(), KueueFacts(None, {}, False, None), None
     )
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
