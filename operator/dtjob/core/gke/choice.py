@@ -1,0 +1,191 @@
+"""Which network profile an attempt's pods get, and why; whether the cluster has what a profile needs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, NcclProfileName
+from dtjob.core.gke.machines import AUTO_PROFILES, machine_gpus
+from dtjob.core.gke.prerequisites import (
+    PREREQUISITE_NAMESPACES,
+    PREREQUISITES,
+    TCPXO_DAEMON_FOR_PLUGIN,
+    TCPXO_INSTALLER,
+    TCPXO_PLUGIN_IMAGE,
+    Installer,
+)
+from dtjob.core.gke.profiles import (
+    AUTOPILOT_NAMESPACES,
+    MANAGED_RDMA_DEVICE_CLASS,
+    NETWORK_GROUP,
+    PROFILES,
+    profile_for,
+)
+
+
+@dataclass(frozen=True)
+class NetworkChoice:
+    """The profile an attempt's pods get, and why (status.nccl keeps both)."""
+
+    profile: NcclProfileName
+    reason: str
+    degraded: bool = False
+    """A Warning Event says so: TCP although the machines have a GPUDirect network, only for want of the
+    cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPXO daemon that
+    does not pair with the cluster's plugin."""
+    autopilot: bool = False
+    """The pods take the shape of GKE's Autopilot recipes (AUTOPILOT_PROFILES)."""
+
+
+def _in_cluster_shape(
+    choice: NetworkChoice, spec: DistributedTrainingJobSpec, autopilot: bool
+) -> NetworkChoice:
+    """The choice on an Autopilot cluster, for a profile that has an Autopilot shape there: said."""
+    if not autopilot or profile_for(choice.profile, spec, True) == profile_for(choice.profile, spec):
+        return choice
+    namespaces = ", ".join(sorted(AUTOPILOT_NAMESPACES))
+    reason = f"{choice.reason}; in Autopilot's shape (its GPUDirect installers run in {namespaces})"
+    return replace(choice, reason=reason, autopilot=True)
+
+
+def candidate(spec: DistributedTrainingJobSpec) -> NcclProfileName:
+    """The profile the spec asks for: its own, or for Auto the one its accelerator type's machines have."""
+    if spec.nccl.profile != NcclProfileName.AUTO:
+        return spec.nccl.profile
+    accelerator_type = spec.accelerator.type if spec.accelerator else ""
+    return AUTO_PROFILES.get(accelerator_type, NcclProfileName.TCP)
+
+
+def needs_networks(spec: DistributedTrainingJobSpec) -> bool:
+    """Whether choosing needs to know which Network objects (and DRA DeviceClasses) the cluster has."""
+    return spec.accelerator is not None and profile_for(candidate(spec), spec).gpu_nics
+
+
+def gpu_pods(spec: DistributedTrainingJobSpec) -> int:
+    return sum(spec.replica(role).count for role in spec.roles() if role in GPU_ROLES)
+
+
+def choose(
+    spec: DistributedTrainingJobSpec,
+    cluster_networks: frozenset[str],
+    daemonsets: frozenset[str] | None = None,
+    device_classes: frozenset[str] = frozenset(),
+    autopilot: bool = False,
+) -> NetworkChoice:
+    """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all of its
+    GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), the Network objects its
+    interfaces attach to present in the cluster (on RDMA machines without them: ManagedRDMA where the
+    cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`), and its PREREQUISITES
+    running (`daemonsets`: those the cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be
+    read: not judged). Anything else is TCP, with the reason. An explicit profile is taken as it is
+    (`missing_networks` and `missing_device_class` tell whether it can start). `autopilot`: the cluster
+    runs Autopilot's installers (on_autopilot), whose pods attach one more Network on RDMA machines."""
+    wanted = candidate(spec)
+    if spec.nccl.profile != NcclProfileName.AUTO:
+        return _in_cluster_shape(NetworkChoice(wanted, f"spec.nccl.profile is {wanted}"), spec, autopilot)
+    accelerator = spec.accelerator
+    if accelerator is None:
+        return NetworkChoice(NcclProfileName.TCP, "no accelerator: no GPU network to set up")
+    if wanted == NcclProfileName.TCP:
+        return NetworkChoice(NcclProfileName.TCP, f"{accelerator.type} machines have no GPUDirect network")
+    fallback = f"TCP instead of {wanted} on {accelerator.type}"
+    if (misfit := _gang_misfit(spec, accelerator.count)) is not None:
+        return NetworkChoice(NcclProfileName.TCP, f"{fallback}: {misfit}")
+    missing = missing_networks(spec, wanted, cluster_networks, autopilot)
+    if missing and wanted == NcclProfileName.RDMA and MANAGED_RDMA_DEVICE_CLASS in device_classes:
+        wanted, missing = NcclProfileName.MANAGED_RDMA, ()
+    lacking = _lacking_networks(wanted, missing) if missing else _lacking_daemonsets(wanted, daemonsets)
+    if lacking is not None:
+        return NetworkChoice(NcclProfileName.TCP, f"{fallback}: {lacking} (see docs/gke.md)", degraded=True)
+    profile = profile_for(wanted, spec, autopilot)
+    nics = (
+        f"their NICs claimed from GKE's managed DRANET (DeviceClass {profile.device_class})"
+        if profile.device_class is not None
+        else f"Networks {profile.networks[0]}..{profile.networks[-1]} present"
+    )
+    reason = f"{gpu_pods(spec)} pods of {machine_gpus(spec)} {accelerator.type} GPUs, {nics}"
+    return _in_cluster_shape(NetworkChoice(wanted, reason), spec, autopilot)
+
+
+def _gang_misfit(spec: DistributedTrainingJobSpec, pod_gpus: int) -> str | None:
+    """Why GPUDirect would not help the gang (`pod_gpus`: each pod's), if it would not."""
+    gpus = machine_gpus(spec)
+    if pod_gpus != gpus:
+        return (
+            f"each pod asks for {pod_gpus} GPUs, GPUDirect needs the whole machine "
+            f"({gpus}, accelerator.count)"
+        )
+    if (pods := gpu_pods(spec)) < 2:
+        return f"{pods} GPU pod, whose GPUs talk over NVLink without a network"
+    return None
+
+
+def _lacking_networks(wanted: NcclProfileName, missing: tuple[str, ...]) -> str:
+    """The Network objects the profile's interfaces attach to that the cluster lacks, said."""
+    dranet = (
+        f" nor GKE's managed DRANET (DeviceClass {MANAGED_RDMA_DEVICE_CLASS})"
+        if wanted == NcclProfileName.RDMA
+        else ""
+    )
+    return (
+        f"the cluster lacks the Network objects ({NETWORK_GROUP}) {', '.join(missing)} "
+        f"that its interfaces attach to{dranet}"
+    )
+
+
+def _lacking_daemonsets(wanted: NcclProfileName, daemonsets: frozenset[str] | None) -> str | None:
+    """The profile's PREREQUISITES the cluster does not run, said; None when it runs them all or when
+    `daemonsets` could not be read."""
+    if daemonsets is None or not (absent := [n for n in PREREQUISITES[wanted] if n not in daemonsets]):
+        return None
+    said = ", ".join(f"{name} ({PREREQUISITES[wanted][name]})" for name in absent)
+    return (
+        f"the cluster runs no DaemonSet {said} in {', '.join(PREREQUISITE_NAMESPACES)}, "
+        "which GKE's GPUDirect guides install"
+    )
+
+
+def daemon_mismatch(
+    name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, Installer]
+) -> str | None:
+    """Why the TCPXO daemon the pods get does not pair with the NCCL plugin the cluster's installer
+    DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the installer, its
+    plugin version or the pairing is unknown."""
+    if name != NcclProfileName.GPUDIRECT_TCPXO:
+        return None
+    daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
+    installer = installers.get(TCPXO_INSTALLER)
+    images = installer.images if installer is not None else ()
+    plugins = [tag for name, tag in map(_name_and_tag, images) if name == TCPXO_PLUGIN_IMAGE]
+    if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(plugins[0])) is None:
+        return None
+    if _name_and_tag(daemon)[1] == paired:
+        return None
+    return (
+        f"the daemon {daemon} does not pair with the NCCL plugin {plugins[0]} that the cluster's "
+        f"{TCPXO_INSTALLER} installs: that plugin pairs with daemon {paired} (GKE's TCPXO release notes); "
+        "set spec.nccl.daemonImage, or the chart's nccl.daemonImages.tcpxo, to the daemon of that tag "
+        "(docs/gke.md)"
+    )
+
+
+def _name_and_tag(image: str) -> tuple[str, str]:
+    """An image reference's last path segment and its tag ("" without one), any digest dropped."""
+    name, _, tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")
+    return name, tag
+
+
+def missing_networks(
+    spec: DistributedTrainingJobSpec,
+    name: NcclProfileName,
+    cluster_networks: frozenset[str],
+    autopilot: bool = False,
+) -> tuple[str, ...]:
+    return tuple(n for n in profile_for(name, spec, autopilot).networks if n not in cluster_networks)
+
+
+def missing_device_class(name: NcclProfileName, device_classes: frozenset[str]) -> str | None:
+    """The DeviceClass the profile claims NICs from, when the cluster lacks it."""
+    wanted = PROFILES[name].device_class
+    return wanted if wanted is not None and wanted not in device_classes else None

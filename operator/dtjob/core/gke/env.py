@@ -1,0 +1,45 @@
+"""The environment a GPU trainer gets from its network profile: NCCL's variables and LD_LIBRARY_PATH."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from dtjob.api import DistributedTrainingJobSpec, Framework, NcclProfileName
+from dtjob.core.gke.machines import machine_of
+from dtjob.core.gke.profiles import GIB_TUNING, PROFILES, RDMA_PROFILES, Env, profile_for
+
+# What images built on nvidia/cuda set, where GKE mounts the driver's libraries; used after the
+# profile's directories when the template sets no LD_LIBRARY_PATH (Kubernetes cannot see an image's env).
+IMAGE_LIBRARY_PATH: Final = ("/usr/local/nvidia/lib", "/usr/local/nvidia/lib64")
+# torch.distributed's gloo groups (CPU collectives, the rendezvous's barrier) on the pod network: a pod
+# with GPU NICs has several interfaces, and gloo would take whichever its hostname resolves to. Google's
+# recipes set it for A3 Mega, A4 and A4X (gpu-recipes, cluster-toolkit, GKE's verl tutorial).
+GLOO_ON_POD_NETWORK: Final = ("GLOO_SOCKET_IFNAME", "eth0")
+
+
+def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName, autopilot: bool = False) -> Env:
+    """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
+    GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
+    env = dict(profile_for(name, spec, autopilot).env)
+    machine = machine_of(spec)
+    if name in RDMA_PROFILES and machine is not None and machine.tuner_config is not None:
+        env.update(GIB_TUNING)
+        env["NCCL_TUNER_CONFIG_PATH"] = machine.tuner_config
+    if PROFILES[name].gpu_nics:
+        env.update((GLOO_ON_POD_NETWORK,))
+    env["NCCL_DEBUG"] = spec.nccl.debug.value
+    if spec.framework == Framework.PYTORCH:
+        # A lost peer becomes an error that ends the process (and so restarts the gang), not a hang.
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+    env.update((e.name, e.value) for e in spec.nccl.env)
+    return tuple(env.items())
+
+
+def library_path(name: NcclProfileName, template_value: str | None) -> str | None:
+    """LD_LIBRARY_PATH: the profile's directories, then the template's value (else what CUDA images set),
+    without repeats; None when the profile needs none."""
+    first = PROFILES[name].library_path
+    if not first:
+        return None
+    rest = template_value.split(":") if template_value else list(IMAGE_LIBRARY_PATH)
+    return ":".join(dict.fromkeys(d for d in [*first, *rest] if d))
