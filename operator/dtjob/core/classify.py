@@ -2,7 +2,7 @@
 
 Classification is an ordered chain of small rules over one pod (first match wins). What a pod's end
 means for the gang (a preemption, a failure worth retrying, a permanent one) is decided from this view
-and the restart policy in `policy.fault_of`; here a pod is only described as Kubernetes reports it, with
+and the restart policy in `decide.fault_of`; here a pod is only described as Kubernetes reports it, with
 the time-based judgements (a node NotReady too long, an image error that persists, a pod stuck
 Terminating) made against `now`.
 """

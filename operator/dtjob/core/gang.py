@@ -29,7 +29,7 @@ class Gang:
     attempt: int
     members: tuple[Member, ...]
     network: NcclProfileName
-    """The NCCL network profile of its GPU pods, as chosen for the attempt (see nccl.choose)."""
+    """The NCCL network profile of its GPU pods, as chosen for the attempt (see gke.choose)."""
     daemon_image: str | None = None
     """The GPUDirect daemon's image, when not the profile's."""
     progress_url: str | None = None
@@ -37,7 +37,7 @@ class Gang:
     avoided_nodes: tuple[str, ...] = ()
     """Nodes the pods are kept off (status.avoidedNodes: slow ranks' nodes)."""
     autopilot: bool = False
-    """The GPU pods take the shape of GKE's Autopilot recipes (nccl.profile_for)."""
+    """The GPU pods take the shape of GKE's Autopilot recipes (gke.profile_for)."""
     rendezvous_pod: str | None = None
     """The pod that holds rank 0 when it is not rank 0's own (a hot spare took the rank); None otherwise."""
 

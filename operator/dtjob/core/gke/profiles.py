@@ -102,7 +102,7 @@ _TCPX_SOCKET_MOUNT: Final = {"name": "dtj-tcpx-socket", "mountPath": "/run/tcpx"
 # The probe on the native sidecar holds the preflight and the trainer back until it passes. Google's
 # example allows 30 s (6 x 5 s), the time a start typically takes; dtjob allows twice that, so a slow
 # start is not a restart. Past it the kubelet restarts the daemon, and an operator that sees it restarted
-# DAEMON_NOT_READY_RESTARTS times without ever starting takes the node for bad (observed.py).
+# DAEMON_NOT_READY_RESTARTS times without ever starting takes the node for bad (classify.py).
 HEALTH_CHECK_FILE: Final = "/run/health-check"
 _TCPXO_STARTUP_PROBE: Final = {
     "exec": {"command": ["cat", HEALTH_CHECK_FILE]},
