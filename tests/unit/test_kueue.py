@@ -136,6 +136,21 @@ def running_gang() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return job, children
 
 
+def test_an_eviction_past_max_preemptions_fails_the_job_and_finishes_its_workload() -> None:
+    """Kueue's evictions count as preemptions, so runPolicy.maxPreemptions applies to them as to any other."""
+    job, children = running_gang()
+    job = {**job, "spec": {**job["spec"], "runPolicy": {"maxPreemptions": 0}}}
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    plan = queued_pass(job, children, evicted)
+    job = after(job, plan)
+    failed = condition(job, "Failed")
+    assert (job["status"]["phase"], failed["reason"]) == ("Failed", "MaxPreemptionsExceeded")
+    assert failed["message"] == "maxPreemptions (0) reached; last: evicted by Kueue: Evicted is True"
+    assert job["status"]["restarts"]["preemptions"] == 0 and job["status"]["attempt"] == 1
+    assert plan.workload_status is not None  # its quota is not waited for again: the Workload is Finished
+    assert condition(plan.workload_status, "Finished")["status"] == "True"
+
+
 def test_an_eviction_deletes_the_gang_counts_a_preemption_and_waits_for_readmission() -> None:
     job, children = running_gang()
     evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dtjob.core.decide.decision import Action, Decision, Facts, Reason
+from dtjob.core.decide.failure import preemptions_spent
 from dtjob.core.kueue import State as QueueState
 from dtjob.core.observed import ACTIVE_STATES
 
@@ -26,6 +27,8 @@ def not_admitted(facts: Facts) -> Decision | None:
     live = [p for p in attempt if p.state in ACTIVE_STATES and not p.terminating]
     if queueing.state == QueueState.EVICTED and live:
         # Kueue's eviction (priority preemption, quota reclaimed, a check retracted) is an interruption
-        # the trainers did not cause: a preemption, after which the gang waits to be admitted again.
-        return Decision(Action.RESTART_GANG, Reason.PREEMPTED, f"evicted by Kueue: {queueing.message}")
+        # the trainers did not cause: a preemption, after which the gang waits to be admitted again;
+        # charged to maxPreemptions as any other.
+        cause = f"evicted by Kueue: {queueing.message}"
+        return preemptions_spent(facts, cause) or Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
     return Decision(Action.SUSPEND, Reason.QUEUED, queueing.message)

@@ -63,7 +63,7 @@ def _restart_or_fail(facts: Facts, ended: list[PodView]) -> Decision:
 
 def _preemption(facts: Facts, ended: list[PodView], faults: list[FaultOf]) -> Decision | None:
     """The restart (or the end, past maxPreemptions) when a member was preempted or is being taken away."""
-    status, policy = facts.status, facts.policy
+    status = facts.status
     # A member deleted without a word stops its peers as a preemption would (on SIGTERM they save and
     # exit 200): then only Kubernetes' own word makes it a preemption, not the trainers'.
     deleted = any(pod.deleted_by_hand for pod in ended)
@@ -81,15 +81,23 @@ def _preemption(facts: Facts, ended: list[PodView], faults: list[FaultOf]) -> De
         cause = f"pod {disrupted[0].name} is being taken away ({disrupted[0].disruption}); " + (
             f"its peers ended after it: {describe_end(ended[0])}"
         )
-    if status.restarts.preemptions >= policy.max_preemptions:
-        message = f"maxPreemptions ({policy.max_preemptions}) reached; last: {cause}"
-        return Decision(Action.FAIL, Reason.MAX_PREEMPTIONS_EXCEEDED, message)
+    if (spent := preemptions_spent(facts, cause)) is not None:
+        return spent
     avoid = _bad_node(status, ended)
     then = f"; the next attempts keep off node {avoid}" if avoid else ""
     in_place = _in_place(facts, ended) and avoid is None
     return Decision(
         Action.RESTART_GANG, Reason.PREEMPTED, cause + then, step=facts.step, avoid=avoid, in_place=in_place
     )
+
+
+def preemptions_spent(facts: Facts, cause: str) -> Decision | None:
+    """The end of the job when one more preemption (this one: `cause`) is past runPolicy.maxPreemptions."""
+    policy = facts.policy
+    if facts.status.restarts.preemptions < policy.max_preemptions:
+        return None
+    message = f"maxPreemptions ({policy.max_preemptions}) reached; last: {cause}"
+    return Decision(Action.FAIL, Reason.MAX_PREEMPTIONS_EXCEEDED, message)
 
 
 def _failure(facts: Facts, ended: list[PodView], faults: list[FaultOf]) -> Decision:
