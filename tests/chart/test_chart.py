@@ -173,6 +173,12 @@ def test_the_kueue_value_reaches_the_operator_environment() -> None:
     assert container_env(render("kueue=false"))["DTJOB_KUEUE"] == "false"
 
 
+def test_extra_env_reaches_the_operator_environment_after_the_charts_own() -> None:
+    env = container_env(render("extraEnv[0].name=DTJOB_FAULT_HOOK", "extraEnv[0].value=exit"))
+    assert env["DTJOB_FAULT_HOOK"] == "exit" and list(env)[-1] == "DTJOB_FAULT_HOOK"
+    assert "DTJOB_FAULT_HOOK" not in container_env(render())
+
+
 def test_the_operator_runs_with_two_malloc_arenas() -> None:
     assert container_env(render())["MALLOC_ARENA_MAX"] == "2"
 
@@ -238,8 +244,16 @@ USED: dict[tuple[str, str, str], str] = {
     ("kueue.x-k8s.io", "workloads", "list"): "_kueue_lister(kueue.WORKLOADS",  # a queued job's Workload
     ("kueue.x-k8s.io", "workloads", "watch"): "_kueue_lister(kueue.WORKLOADS",
     ("kueue.x-k8s.io", "workloads", "create"): ".create_namespaced_custom_object(",
-    ("kueue.x-k8s.io", "workloads", "patch"): 'kueue.WORKLOADS, name, {"spec"',  # active while not suspended
-    ("kueue.x-k8s.io", "workloads/status", "patch"): "kueue.WORKLOADS, body[",  # quota back; Finished
+    (
+        "kueue.x-k8s.io",
+        "workloads",
+        "patch",
+    ): "kueue.WORKLOADS, name, active_patch",  # active while not suspended
+    (
+        "kueue.x-k8s.io",
+        "workloads/status",
+        "patch",
+    ): ".patch_namespaced_custom_object_status(\n                kueue.GROUP",  # quota back; Finished
     ("apiextensions.k8s.io", "customresourcedefinitions", "get"): ".read_custom_resource_definition(",
     ("apiextensions.k8s.io", "customresourcedefinitions", "patch"): ".patch_custom_resource_definition(",
     ("kueue.x-k8s.io", "localqueues", "list"): "_kueue_lister(kueue.LOCAL_QUEUES",  # the ClusterQueue named

@@ -18,10 +18,12 @@ from kubernetes import client
 import dtjob.core.writes
 from dtjob.core.observed import pod_essentials
 from dtjob.core.plan import Event
+from dtjob.core.render import render_children
 from dtjob.core.world import KueueFacts
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
+from dtjob.kube.writer import NameTaken
 from dtjob.runtime.one_pass import run_pass
 from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
 from localcluster import Cluster, sim
@@ -181,6 +183,31 @@ def test_the_same_event_again_bumps_the_count_of_the_first(
         ("PodFailed", "pod noisy-worker-0: Error, exit code 1", 3),
     ]
     assert events[1].last_timestamp >= events[1].first_timestamp
+
+
+def test_a_create_that_meets_a_namesake_is_fine_only_for_the_same_member_alive(
+    crd: dict[str, Any], jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    """Pod names carry no attempt: a 409 on create is the member the cache has not seen yet, or an earlier
+    attempt's pod, or one on its way out (which the pass must not record as this attempt's)."""
+    job = jobs.create(pytorch_job("namesake", workers=1))
+    writer = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST).write
+    first, second = (
+        next(c for c in render_children(job, attempt) if c["kind"] == "Pod") for attempt in (1, 2)
+    )
+    assert first["metadata"]["name"] == second["metadata"]["name"]
+    assert writer.create_pod(first) is not None
+    assert writer.create_pod(first) is None  # the same member: exists already, fine
+    with pytest.raises(NameTaken, match="exists as another member's"):
+        writer.create_pod(second)
+    name = first["metadata"]["name"]
+    core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": ["dtjob.test/hold"]}})
+    core.delete_namespaced_pod(name, namespace)
+    try:
+        with pytest.raises(NameTaken, match="is being deleted"):
+            writer.create_pod(first)
+    finally:
+        core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
 
 
 def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_as_lost(

@@ -40,6 +40,9 @@ LEASE = "dtjob-chaos"
 # is deleted.
 LIVES: dict[str, tuple[str, int, int, int, int] | None] = {
     "clean": ("Succeeded", 1, 0, 0, 0),
+    # Succeeds under cleanPodPolicy All: its pods go once the success is recorded, and a leader lost in
+    # between must not take rank 0's deleted pod for a vanished member.
+    "cleaned": ("Succeeded", 1, 0, 0, 0),
     "preempted": ("Succeeded", 2, 0, 1, 0),
     "failed": ("Failed", 1, 0, 0, 0),
     "suspended": ("Succeeded", 2, 0, 0, 0),  # a suspension moves the gang to the next attempt
@@ -49,6 +52,11 @@ LIVES: dict[str, tuple[str, int, int, int, int] | None] = {
     "elastic": ("Succeeded", 1, 0, 0, 1),
 }
 ELASTIC_LOST: Final = ("Worker", "2")
+
+
+def seed_of_this_run() -> int:
+    """DTJOB_CHAOS_SEED to run a storm again, else a new one (print it: a failure names its storm)."""
+    return int(os.environ.get("DTJOB_CHAOS_SEED") or random.SystemRandom().randrange(1_000_000))
 
 
 def gang_size(life: str) -> int:
@@ -241,8 +249,9 @@ def live(
     for name, life in names.items():
         policy = "Never" if life == "failed" else "OnFailure"
         elastic = {"torch": {"elastic": {"minReplicas": 2}}} if life == "elastic" else {}
+        cleaned = {"cleanPodPolicy": "All"} if life == "cleaned" else {}
         jobs.create(pytorch_job(name, workers=gang_size(life), **elastic,
-                                runPolicy={"failureSettleSeconds": 0, "restartPolicy": policy}))  # fmt: skip
+                                runPolicy={"failureSettleSeconds": 0, "restartPolicy": policy, **cleaned}))  # fmt: skip
     between()
     for name, life in names.items():
         gang_of_attempt(jobs, name, 1, gang_size(life), timeout=timeout)

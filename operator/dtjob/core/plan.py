@@ -1,6 +1,8 @@
-"""What one pass decided to do (a Plan), in the order the Writer executes it: deletes first, then the
-Service's and NetworkPolicy's apply, creates and label patches, then one status patch (only if it changed,
-guarded by the job's resourceVersion), events, and the job's own deletion when its TTL expired.
+"""What one pass decided to do (a Plan), in the order the Writer executes it: the Service's and
+NetworkPolicy's apply, creates and label patches, then one status patch (only if it changed, guarded by
+the job's resourceVersion), and only then the deletes, events, and the job's own deletion when its TTL
+expired. The status records a decision before any child goes for it (record, then act): an operator
+stopped between two writes never leaves a member gone that no status accounts for.
 
 A gang restart is two passes: the first only records attempt N+1 (and the counters) in the status; the
 next finds the pods of attempt N stale and deletes them, then creates attempt N+1 once they are gone. The

@@ -12,6 +12,7 @@ import socket
 from functools import cache
 from importlib import metadata
 from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from kubernetes import client, config
 
@@ -22,10 +23,14 @@ REQUEST_TIMEOUT: Final = (10.0, 60.0)
 # silent for longer is stalled (a half-open connection a partition or a middlebox left): reconnect it.
 # Kopf's watches do the same after 70 s (settings.watching.inactivity_timeout).
 WATCH_SILENCE_SECONDS: Final = 70.0
+MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class DeadlinedApiClient(client.ApiClient):
-    """An ApiClient whose calls time out after REQUEST_TIMEOUT unless they say otherwise."""
+    """An ApiClient whose calls time out after REQUEST_TIMEOUT unless they say otherwise. A write given a
+    deadline in seconds (a number, not a (connect, read) pair: the fenced writes, kube/gate.py) gives it to
+    the apiserver as well (its `timeout` parameter): a write the apiserver has not committed by then, slow
+    in an admission webhook or in etcd, is abandoned there, not landed late."""
 
     def call_api(
         self,
@@ -37,7 +42,18 @@ class DeadlinedApiClient(client.ApiClient):
         _request_timeout: Any = None,
     ) -> Any:
         timeout = _request_timeout or REQUEST_TIMEOUT
+        if method in MUTATING and isinstance(timeout, int | float):
+            url = _with_server_timeout(url, timeout)
         return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
+
+
+def _with_server_timeout(url: str, seconds: float) -> str:
+    """The URL with the apiserver's own deadline for the request (a Go duration; whole milliseconds, at
+    least one: the apiserver reads 0 as its default)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "timeout"]
+    query.append(("timeout", f"{max(1, int(seconds * 1000))}ms"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 @cache

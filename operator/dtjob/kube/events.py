@@ -60,9 +60,9 @@ class EventRecorder:
     def _bump(self, namespace: str, name: str, count: int) -> tuple[str, int] | None:
         """None when the Event is gone (Events expire after an hour): then a new one starts."""
         patch = {"count": count + 1, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        self._gate.write()
+        deadline = self._gate.write()
         try:
-            core().patch_namespaced_event(name, namespace, patch)
+            core().patch_namespaced_event(name, namespace, patch, **deadline)
         except client.ApiException as err:
             if err.status != 404:
                 raise
@@ -82,6 +82,6 @@ class EventRecorder:
             first_timestamp=now, last_timestamp=now, count=1,
             source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
         )  # fmt: skip
-        self._gate.write()
-        created = core().create_namespaced_event(meta["namespace"], body)
+        deadline = self._gate.write()
+        created = core().create_namespaced_event(meta["namespace"], body, **deadline)
         return str(created.metadata.name), 1

@@ -59,10 +59,12 @@ class Leadership:
         self._standing_by_for: str | None = None  # the holder last logged, so each is logged once
         self._threads: ThreadPoolExecutor | None = None
 
-    def holds(self) -> bool:
-        """Whether this process may act as leader now: it holds the Lease and its last renewal is within
-        the renew deadline. Safe to call from any thread (the pass threads check it before each write)."""
-        return self.acting.is_set() and time.monotonic() < self._deadline()
+    def write_window(self) -> float:
+        """The seconds this process may still write in: to its renew deadline while it holds the Lease (a
+        standby takes over `lease_seconds` after it sees the last renewal, later still: the gap is the margin
+        a write's way to the apiserver and its commit take), else none. Safe to call from any thread (the
+        pass threads ask before each write: the gate's fence)."""
+        return self._deadline() - time.monotonic() if self.acting.is_set() else 0.0
 
     @property
     def lease(self) -> str:

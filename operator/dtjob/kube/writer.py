@@ -21,7 +21,14 @@ from pydantic import ValidationError
 
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
 from dtjob.core import kueue
-from dtjob.core.names import JobRef
+from dtjob.core.names import (
+    ATTEMPT_LABEL,
+    JOB_UID_LABEL,
+    REPLICA_INDEX_LABEL,
+    ROLE_LABEL,
+    SPARE_LABEL,
+    JobRef,
+)
 from dtjob.core.plan import Delete, Event, Plan, Relabel
 from dtjob.core.status.codec import status_patch
 from dtjob.kube.client import api_client, core, custom, networking, resource
@@ -52,6 +59,15 @@ class Executed:
     """The job changed since the pass read it: its status and events were not written."""
     gone: bool = False
     """The job is deleted (404 on its status): nothing more was written."""
+
+
+class NameTaken(Exception):
+    """A pod to create exists under its name as another job's, attempt's or member's, or is going: the pass
+    is not executed as decided (its status would record a pod that is not this attempt's), and is retried."""
+
+
+# The labels that make a pod this member of this attempt of this job (a spare's: no attempt, no index).
+MEMBER_IDENTITY: Final = (JOB_UID_LABEL, ROLE_LABEL, REPLICA_INDEX_LABEL, ATTEMPT_LABEL, SPARE_LABEL)
 
 
 class JobGone(Exception):
@@ -85,16 +101,18 @@ class Writer:
         self._events.post(job, event)
 
     def create_pod(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Create a pod; None when it exists already (a cache that has not seen it yet), which is fine."""
-        self._gate.write()
+        """Create a pod; None when this very member exists already (a cache that has not seen it yet), which
+        is fine; NameTaken when another pod holds its name."""
+        deadline = self._gate.write()
         try:
             # The reply as JSON, not as the client's model: building a V1Pod and dumping it back to a dict cost
             # about 3 ms of the operator's CPU a pod, the most of any step while gangs start.
             created: Any = core().create_namespaced_pod(
-                pod["metadata"]["namespace"], cast(Any, dict(pod)), _preload_content=False
+                pod["metadata"]["namespace"], cast(Any, dict(pod)), _preload_content=False, **deadline
             )
         except client.ApiException as err:
             if err.status == 409:
+                self._same_member(pod)
                 return None
             if err.status in SPEC_REFUSALS:
                 raise Refused(refused_pod(pod, refusal(err) or "")) from None
@@ -103,6 +121,26 @@ class Writer:
             raise Refused(refused_pod(pod, refusal(err) or "")) from None
         return cast(dict[str, Any], json.loads(created.data))
 
+    def _same_member(self, pod: Mapping[str, Any]) -> None:
+        """A create met a pod of that name (409): fine when it is this very member (the cache had not seen
+        it yet), else NameTaken. Pod names carry no attempt: the pod found may be an earlier attempt's, or
+        an earlier job's of the same name, or on its way out, and the pass must not record it as this
+        attempt's."""
+        meta = pod["metadata"]
+        self._gate.read()
+        try:
+            found: Any = core().read_namespaced_pod(meta["name"], meta["namespace"], _preload_content=False)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            raise NameTaken(f"pod {meta['name']} existed at its create and is gone since") from None
+        existing = json.loads(found.data)["metadata"]
+        labels, wanted = existing.get("labels") or {}, meta.get("labels") or {}
+        if differ := {k: labels.get(k) for k in MEMBER_IDENTITY if labels.get(k) != wanted.get(k)}:
+            raise NameTaken(f"pod {meta['name']} exists as another member's ({differ}): not this one")
+        if existing.get("deletionTimestamp"):
+            raise NameTaken(f"pod {meta['name']} exists and is being deleted: not the one to create")
+
     def relabel(self, namespace: str, op: Relabel) -> None:
         """Merge-patch the drifted labels and annotations of the pod we looked at (uid precondition)."""
         metadata: dict[str, Any] = {"uid": op.uid}
@@ -110,9 +148,9 @@ class Writer:
             metadata["labels"] = op.labels
         if op.annotations:
             metadata["annotations"] = op.annotations
-        self._gate.write()
+        deadline = self._gate.write()
         try:
-            core().patch_namespaced_pod(op.name, namespace, {"metadata": metadata})
+            core().patch_namespaced_pod(op.name, namespace, {"metadata": metadata}, **deadline)
         except client.ApiException as err:
             if err.status not in (404, 409):  # gone, or a namesake: the next pass sees which
                 raise
@@ -124,7 +162,7 @@ class Writer:
                  "NetworkPolicy": networking().patch_namespaced_network_policy,
                  "ResourceClaimTemplate": resource().patch_namespaced_resource_claim_template}[obj["kind"]]  # fmt: skip
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        self._gate.write()
+        deadline = self._gate.write()
         patch(
             name,
             namespace,
@@ -132,6 +170,7 @@ class Writer:
             field_manager=FIELD_MANAGER,
             force=True,
             _content_type=APPLY_CONTENT_TYPE,
+            **deadline,
         )
 
     def delete(self, namespace: str, op: Delete) -> None:
@@ -144,9 +183,9 @@ class Writer:
             grace_period_seconds=op.grace_period_seconds,
             propagation_policy="Background",
         )
-        self._gate.write()
+        deadline = self._gate.write()
         try:
-            remove(op.name, namespace, body=body)
+            remove(op.name, namespace, body=body, **deadline)
         except client.ApiException as err:
             if err.status not in (404, 409):  # 409: the uid precondition failed, a new object took the name
                 raise
@@ -165,10 +204,15 @@ class Writer:
 
     def create_workload(self, workload: Mapping[str, Any]) -> None:
         """Create a queued job's Workload; one that exists already (its watch event still coming) is fine."""
-        self._gate.write()
+        deadline = self._gate.write()
         try:
             custom().create_namespaced_custom_object(
-                kueue.GROUP, kueue.VERSION, workload["metadata"]["namespace"], kueue.WORKLOADS, dict(workload)
+                kueue.GROUP,
+                kueue.VERSION,
+                workload["metadata"]["namespace"],
+                kueue.WORKLOADS,
+                dict(workload),
+                **deadline,
             )
         except client.ApiException as err:
             if err.status != 409:
@@ -176,10 +220,11 @@ class Writer:
 
     def activate_workload(self, namespace: str, name: str, active: bool) -> None:
         """Set a Workload's spec.active (false: Kueue evicts it and admits it no more; true: it queues again)."""
-        self._gate.write()
+        deadline = self._gate.write()
         try:
+            active_patch = {"spec": {"active": active}}
             custom().patch_namespaced_custom_object(
-                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, {"spec": {"active": active}}
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, active_patch, **deadline
             )
         except client.ApiException as err:
             if err.status != 404:  # gone with its job: nothing to say to Kueue
@@ -188,10 +233,11 @@ class Writer:
     def patch_workload_status(self, namespace: str, body: Mapping[str, Any]) -> None:
         """Merge-patch a Workload's status onto the version the pass decided on; a newer or a gone Workload
         (409, 404) is left to the next pass, which sees it."""
-        self._gate.write()
+        deadline = self._gate.write()
         try:
+            name = body["metadata"]["name"]
             custom().patch_namespaced_custom_object_status(
-                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, body["metadata"]["name"], dict(body)
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, dict(body), **deadline
             )
         except client.ApiException as err:
             if err.status not in (404, 409):
@@ -204,10 +250,10 @@ class Writer:
         meta = job["metadata"]
         patch = status_patch(job.get("status"), status)
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
-        self._gate.write()
+        deadline = self._gate.write()
         try:
             written = custom().patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, **deadline
             )
         except client.ApiException as err:
             if err.status == 409:
@@ -223,21 +269,22 @@ class Writer:
         meta = job["metadata"]
         kept = [f for f in meta.get("finalizers") or [] if f != finalizer]
         patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
-        self._gate.write()
+        deadline = self._gate.write()
         try:
             custom().patch_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, **deadline
             )
         except client.ApiException as err:
             if err.status not in (404, 409):
                 raise
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
-        self._gate.write()
+        deadline = self._gate.write()
         try:
             custom().delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name,
                 body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid), propagation_policy="Background"),
+                **deadline,
             )  # fmt: skip
         except client.ApiException as err:
             if err.status not in (404, 409):
@@ -261,14 +308,21 @@ class Writer:
     def execute(
         self, job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None = None
     ) -> Executed:
-        """Carry out a plan in a safe order: delete stale children first, then create and mend, then record
-        the outcome (guarded by the job's resourceVersion: a conflict leaves status and events unwritten).
-        `slot`, the pass slot the caller holds, is given up while the pods are created."""
+        """Carry out a plan in a safe order: create and mend first, then record the pass's decision in the
+        status (guarded by the job's resourceVersion: a conflict leaves everything after it unwritten), and
+        only then delete what the recorded decision no longer wants. An operator stopped between two writes
+        leaves either pods the status does not claim yet (the next pass sees them and counts them) or a
+        status whose deletes are still to come (the next pass derives them from it): never a member gone
+        that no status accounts for, which the next leader would charge as a failure (record, then act:
+        docs/architecture.md). `slot`, the pass slot the caller holds, is given up while the pods are
+        created."""
+        with self._gate.fault.pass_of(job, decides_deletes=bool(plan.delete) and plan.status is not None):
+            return self._execute(job, plan, slot)
+
+    def _execute(self, job: Mapping[str, Any], plan: Plan, slot: threading.Semaphore | None) -> Executed:
         meta = job["metadata"]
         namespace = meta["namespace"]
         done = Executed()
-        for op in plan.delete:
-            self.delete(namespace, op)
         for service in plan.apply:
             self.apply(service)
         if plan.workload is not None:
@@ -289,6 +343,8 @@ class Writer:
             if done.job is None:
                 done.conflict = True
                 return done
+        for op in plan.delete:
+            self.delete(namespace, op)
         if plan.workload_status is not None:
             self.patch_workload_status(namespace, plan.workload_status)
         for event in plan.events:

@@ -64,7 +64,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         runtime.acting.set()
     else:
         runtime.acting = runtime.leadership.acting
-        runtime.kube.gate.fence = runtime.leadership.holds
+        runtime.kube.gate.fence = runtime.leadership.write_window
         runtime.election = asyncio.create_task(runtime.leadership.run(), name="leader election")
 
     def wake_jobs_on(node: str) -> None:
@@ -175,5 +175,5 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.caches.stop()
 
 
-def _closed() -> bool:
-    return False
+def _closed() -> float:
+    return 0.0

@@ -21,7 +21,7 @@ from dtjob.core.world import KueueFacts
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
 from dtjob.kube.refusals import link_failure, refusal
-from dtjob.kube.writer import Executed
+from dtjob.kube.writer import Executed, NameTaken
 from dtjob.runtime.created import CREATED_MEMORY, children_seen, remember_created
 from dtjob.runtime.legacy import LEGACY_FINALIZER, legacy
 from dtjob.runtime.one_pass import run_pass
@@ -208,11 +208,15 @@ def _failed(key: JobKey, memory: JobMemory, err: Exception) -> float:
     delay = backoff(memory.failures)
     what = "reconcile of %s/%s failed (%d in a row); retrying in %.1fs"
     # A refusal names the field, a failed link says it was cut: a traceback adds nothing to either.
-    if (cause := refusal(err) or link_failure(err)) is not None:
+    if (cause := refusal(err) or link_failure(err) or _name_taken(err)) is not None:
         log.warning(what + ": %s", *key, memory.failures, delay, cause)
     else:
         log.exception(what, *key, memory.failures, delay)
     return delay
+
+
+def _name_taken(err: Exception) -> str | None:
+    return str(err) if isinstance(err, NameTaken) else None
 
 
 def _remember(

@@ -14,6 +14,7 @@ from dtjob.core import progress
 from dtjob.kube import leader
 from dtjob.kube.access import Kube
 from dtjob.kube.caches import Caches, JobKey
+from dtjob.kube.fault import FaultHook
 from dtjob.kube.intake import Intake
 from dtjob.runtime.created import Created
 from dtjob.settings import OperatorSettings
@@ -69,7 +70,7 @@ class Runtime:
     """The way to the apiserver: its gate is fenced while this replica does not lead."""
 
     def __post_init__(self) -> None:
-        self.kube = Kube.at(self.config.api_qps, self.config.api_burst)
+        self.kube = Kube.at(self.config.api_qps, self.config.api_burst, FaultHook.from_env())
         self.passes = threading.BoundedSemaphore(self.config.max_concurrent_passes)
         # More threads than slots: a pass whose pods are being created keeps its thread, not its slot.
         threads = self.config.max_concurrent_passes * PASS_THREADS_A_SLOT
