@@ -2,7 +2,7 @@
 while the operator process is SIGKILLed K times at random intervals, on tier B. Prints the figures and
 exits non-zero when a job ended off its plan, a pod was created twice, or something was left behind.
 
-    .venv/bin/python -m bench.chaos --jobs 50 --kills 20 [--replicas 2]
+    .venv/bin/python -m bench.chaos --jobs 50 --kills 20 [--replicas 2] [--seed N]
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ways = ", ".join(f"{way} {chaos.ways.count(way)}" for way in dict.fromkeys(chaos.ways))
     print(f"operators taken away     {chaos.killed} ({ways})")
+    print(f"seed                     {args.seed}")
     print(f"wall time                {time.monotonic() - start:.0f} s")
     print(f"pods created             {sum(len(uids) for uids in ledger.uids.values())}")
     print(f"jobs off their plan      {len(wrong)} {wrong or ''}")
