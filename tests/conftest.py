@@ -18,6 +18,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -42,7 +43,7 @@ from kubernetes import client, config
 
 from tests.support.jobs import Jobs
 from tests.support.namespaces import create_namespace
-from tests.support.sharing import CLUSTER, MACHINE, owning, sharing
+from tests.support.sharing import CLUSTER, LOCKS, MACHINE, owning, sharing
 
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
@@ -67,14 +68,28 @@ def pytest_configure(config: pytest.Config) -> None:
     # that was not running at the start (the workers never do: the others may still be using it).
     config.pluginmanager.register(DurationReport(), "dtjob-durations")
     config.stash[CLUSTER_WAS_RUNNING] = CURRENT_CLUSTER or Cluster().running_tier() is not None
+    # The run's name, which its xdist workers inherit: a worker that uses the cluster says so under it.
+    os.environ[RUN_ENV] = uuid.uuid4().hex
 
 
 CLUSTER_WAS_RUNNING = pytest.StashKey[bool]()
+RUN_ENV = "DTJOB_TEST_RUN"
+
+
+def _used_the_cluster() -> Path:
+    """The mark a run leaves once one of its tests asked for the local cluster."""
+    return LOCKS / f"cluster-used-by-{os.environ.get(RUN_ENV, 'run')}"
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Take down a cluster this run brought up; never one a run that used none finds down at its start
+    (unit tests run beside `make test` while its cluster_wide tests take it down and up again)."""
     config = session.config
-    if hasattr(config, "workerinput") or config.stash.get(CLUSTER_WAS_RUNNING, True):
+    if hasattr(config, "workerinput"):
+        return
+    used, mark = _used_the_cluster().exists(), _used_the_cluster()
+    mark.unlink(missing_ok=True)
+    if config.stash.get(CLUSTER_WAS_RUNNING, True) or not used:
         return
     if os.environ.get("DTJOB_KEEP_CLUSTER") != "1":
         Cluster().down()
@@ -149,6 +164,8 @@ def local_cluster() -> Cluster:
     if CURRENT_CLUSTER:
         # Duck-typed as the local cluster where `any_cluster` tests use it (kubeconfig, kubectl, images).
         return CurrentCluster.from_kubeconfig(registry=os.environ.get("DTJOB_REGISTRY") or None)
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    _used_the_cluster().touch()
     return Cluster()
 
 

@@ -200,10 +200,13 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
     assert worker_result["weights_sha256"] == result["weights_sha256"]
-    # The finished job's other spares went; rank 0's old pod is gone and no pod of that name came back
-    # (worker 1 may go too: cleanPodPolicy Running deletes a rank still finishing when rank 0 succeeds).
-    left = {p.metadata.name for p in jobs.pods(name)}
-    assert spare_name in left and left <= {f"{name}-worker-1", spare_name}, left
+    # The finished job's other spares go (once its success is recorded: record, then act); rank 0's old
+    # pod is gone and no pod of that name came back (worker 1 may go too: cleanPodPolicy Running deletes a
+    # rank still finishing when rank 0 succeeds).
+    kept = {f"{name}-worker-1", spare_name}
+    left = wait_for(lambda: (names := {p.metadata.name for p in jobs.pods(name)}) <= kept and names,
+                    "the finished job's other spares to go", timeout=60)  # fmt: skip
+    assert spare_name in left, left
 
 
 def _log_or_empty(core: client.CoreV1Api, namespace: str, pod: str) -> str:
