@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from dtjob.api import DistributedTrainingJobSpec
-from dtjob.core.gke import GPUDIRECT_TCPXO, TCPXO_DAEMON_FOR_PLUGIN, choose
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.core.gke import DAEMON_PAIRINGS, PROFILES, choose
 from dtjob.core.render import SHM_VOLUME, render_children
 from tests.support.builders import container, manifest, pods_of, template
 
@@ -263,12 +263,14 @@ def test_a_managed_rdma_pod_claims_all_its_nodes_nics_as_the_toolkit_does() -> N
     assert all(t in pod["spec"]["tolerations"] for t in recipe("ManagedRDMA A4X")["tolerations"])
 
 
-def test_the_tcpxo_daemon_pairs_with_the_plugin_each_release_names() -> None:
-    releases = recipe("GPUDirectTCPXO")["tcpxo_releases"]
-    assert {r["plugin"]: r["daemon"] for r in releases} == TCPXO_DAEMON_FOR_PLUGIN
-    # The profile's own daemon is the newest upstream release's: it pairs with that release's plugin.
-    daemon = GPUDIRECT_TCPXO.sidecars[0]["image"]
-    assert (
-        daemon.endswith(":" + releases[0]["daemon"])
-        and TCPXO_DAEMON_FOR_PLUGIN[releases[0]["plugin"]] == (releases[0]["daemon"])
-    )
+@pytest.mark.parametrize(
+    ("profile", "releases"), [("GPUDirectTCPX", "tcpx_releases"), ("GPUDirectTCPXO", "tcpxo_releases")]
+)
+def test_the_daemon_pairs_with_the_plugin_each_release_names(profile: str, releases: str) -> None:
+    want, pairing = recipe(profile), DAEMON_PAIRINGS[NcclProfileName(profile)]
+    assert {r["plugin"]: r["daemon"] for r in want[releases]} == pairing.daemon_for_plugin
+    # The profile's own daemon is the newest upstream release's.
+    assert PROFILES[NcclProfileName(profile)].sidecars[0]["image"].endswith(":" + want[releases][0]["daemon"])
+    # The plugin version is read where Google's manifests put it: the installer DaemonSet's plugin image.
+    assert want["installer"]["daemonset"] == pairing.installer
+    assert want["installer"]["image"].rsplit("/", 1)[1].split(":")[0] == pairing.plugin_image

@@ -18,9 +18,9 @@ from dtjob.core.gke.choice import (
 from dtjob.core.gke.env import library_path, nccl_env
 from dtjob.core.gke.machines import AUTO_PROFILES, MACHINES, machine_of
 from dtjob.core.gke.prerequisites import (
+    DAEMON_PAIRINGS,
     PREREQUISITE_DAEMONSETS,
     PREREQUISITE_NAMESPACES,
-    TCPXO_DAEMON_FOR_PLUGIN,
     Installer,
     on_autopilot,
 )
@@ -41,6 +41,7 @@ from dtjob.core.gke.profiles import (
 __all__ = [
     "AUTO_PROFILES",
     "DAEMON_NOT_READY_RESTARTS",
+    "DAEMON_PAIRINGS",
     "DAEMON_SIDECARS",
     "GIB_TUNING",
     "GPUDIRECT_TCPXO",
@@ -53,7 +54,6 @@ __all__ = [
     "PREREQUISITE_DAEMONSETS",
     "PREREQUISITE_NAMESPACES",
     "PROFILES",
-    "TCPXO_DAEMON_FOR_PLUGIN",
     "Installer",
     "NetworkChoice",
     "choose",

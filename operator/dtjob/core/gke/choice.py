@@ -8,11 +8,9 @@ from dataclasses import dataclass, replace
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.gke.machines import AUTO_PROFILES, machine_gpus
 from dtjob.core.gke.prerequisites import (
+    DAEMON_PAIRINGS,
     PREREQUISITE_NAMESPACES,
     PREREQUISITES,
-    TCPXO_DAEMON_FOR_PLUGIN,
-    TCPXO_INSTALLER,
-    TCPXO_PLUGIN_IMAGE,
     Installer,
 )
 from dtjob.core.gke.profiles import (
@@ -32,8 +30,8 @@ class NetworkChoice:
     reason: str
     degraded: bool = False
     """A Warning Event says so: TCP although the machines have a GPUDirect network, only for want of the
-    cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPXO daemon that
-    does not pair with the cluster's plugin."""
+    cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPX(O) daemon
+    that does not pair with the cluster's plugin."""
     autopilot: bool = False
     """The pods take the shape of GKE's Autopilot recipes (AUTOPILOT_PROFILES)."""
 
@@ -149,23 +147,23 @@ def _lacking_daemonsets(wanted: NcclProfileName, daemonsets: frozenset[str] | No
 def daemon_mismatch(
     name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, Installer]
 ) -> str | None:
-    """Why the TCPXO daemon the pods get does not pair with the NCCL plugin the cluster's installer
-    DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the installer, its
-    plugin version or the pairing is unknown."""
-    if name != NcclProfileName.GPUDIRECT_TCPXO:
+    """Why the TCPX(O) daemon the pods get does not pair with the NCCL plugin the cluster's installer
+    DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the profile has no
+    pairing, or the installer, its plugin version or that version's pair is unknown."""
+    if (pairing := DAEMON_PAIRINGS.get(name)) is None:
         return None
     daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
-    installer = installers.get(TCPXO_INSTALLER)
+    installer = installers.get(pairing.installer)
     images = installer.images if installer is not None else ()
-    plugins = [tag for name, tag in map(_name_and_tag, images) if name == TCPXO_PLUGIN_IMAGE]
-    if not plugins or (paired := TCPXO_DAEMON_FOR_PLUGIN.get(plugins[0])) is None:
+    plugins = [tag for image, tag in map(_name_and_tag, images) if image == pairing.plugin_image]
+    if not plugins or (paired := pairing.daemon_for_plugin.get(plugins[0])) is None:
         return None
     if _name_and_tag(daemon)[1] == paired:
         return None
     return (
         f"the daemon {daemon} does not pair with the NCCL plugin {plugins[0]} that the cluster's "
-        f"{TCPXO_INSTALLER} installs: that plugin pairs with daemon {paired} (GKE's TCPXO release notes); "
-        "set spec.nccl.daemonImage, or the chart's nccl.daemonImages.tcpxo, to the daemon of that tag "
+        f"{pairing.installer} installs: that plugin pairs with daemon {paired} ({pairing.release_notes}); "
+        f"set spec.nccl.daemonImage, or the chart's {pairing.chart_value}, to the daemon of that tag "
         "(docs/gke.md)"
     )
 

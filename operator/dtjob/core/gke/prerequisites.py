@@ -1,4 +1,4 @@
-"""What a GPUDirect profile needs running on the cluster: the DaemonSets, the TCPXO daemon and plugin
+"""What a GPUDirect profile needs running on the cluster: the DaemonSets, the TCPX(O) daemon and plugin
 pairs, and what the installers the cluster runs tell (Installer, on_autopilot)."""
 
 from __future__ import annotations
@@ -33,10 +33,19 @@ PREREQUISITES: Final = {
 PREREQUISITE_NAMESPACES: Final = ("kube-system", "gpudirect-system", "rdma-system")
 PREREQUISITE_DAEMONSETS: Final = frozenset(name for needed in PREREQUISITES.values() for name in needed)
 
-# The TCPXO daemon must match the NCCL plugin the cluster's nccl-tcpxo-installer put on the nodes: each
-# release pairs an installer image with a daemon image (container-engine-accelerators
-# gpudirect-tcpxo/README.md "Releases" at 685dca25, Jan 9, 2026, read 2026-11-26; the pairs are test data in
-# tests/data/gke_recipes/gpudirect-tcpxo.yaml). Installer tag -> daemon tag.
+# A TCPX(O) daemon must match the NCCL plugin the cluster's installer DaemonSet put on the nodes (both
+# READMEs: "The tcpx-daemon [tcpxo-daemon] version is coupled with the NCCL plugin installer version"): each
+# release pairs an installer image with a daemon image. Installer tag -> daemon tag; the pairs are test data in
+# tests/data/gke_recipes/gpudirect-tcpx(o).yaml. TCPX: container-engine-accelerators gpudirect-tcpx/README.md
+# "Releases" at 98c85a6e (Jun 22, 2026), read 2026-11-28. TCPXO: gpudirect-tcpxo/README.md "Releases" at
+# 685dca25 (Jan 9, 2026), read 2026-11-26. Both installers' plugin images share one name (their registry
+# paths differ: gpudirect-tcpx/, gpudirect-tcpxo/).
+TCPX_INSTALLER: Final = "nccl-tcpx-installer"
+TCPX_PLUGIN_IMAGE: Final = "nccl-plugin-gpudirecttcpx-dev"
+TCPX_DAEMON_FOR_PLUGIN: Final = {
+    "v3.1.12": "v2.0.15",
+    "v3.1.9": "v2.0.12",
+}
 TCPXO_INSTALLER: Final = "nccl-tcpxo-installer"
 TCPXO_PLUGIN_IMAGE: Final = "nccl-plugin-gpudirecttcpx-dev"
 TCPXO_DAEMON_FOR_PLUGIN: Final = {
@@ -54,6 +63,35 @@ TCPXO_DAEMON_FOR_PLUGIN: Final = {
     "v1.0.2": "v1.0.8",
     "v1.0.1": "v1.0.8",
     "v1.0.0": "v1.0.6-sctp",
+}
+
+
+class DaemonPairing(NamedTuple):
+    """Where a profile's plugin version shows (the installer DaemonSet and its plugin image's name), the
+    daemon each version pairs with, whose release notes say so, and the chart value that sets the daemon."""
+
+    installer: str
+    plugin_image: str
+    daemon_for_plugin: Mapping[str, str]
+    release_notes: str
+    chart_value: str
+
+
+DAEMON_PAIRINGS: Final = {
+    NcclProfileName.GPUDIRECT_TCPX: DaemonPairing(
+        TCPX_INSTALLER,
+        TCPX_PLUGIN_IMAGE,
+        TCPX_DAEMON_FOR_PLUGIN,
+        "GKE's TCPX release notes",
+        "nccl.daemonImages.tcpx",
+    ),
+    NcclProfileName.GPUDIRECT_TCPXO: DaemonPairing(
+        TCPXO_INSTALLER,
+        TCPXO_PLUGIN_IMAGE,
+        TCPXO_DAEMON_FOR_PLUGIN,
+        "GKE's TCPXO release notes",
+        "nccl.daemonImages.tcpxo",
+    ),
 }
 
 
