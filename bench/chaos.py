@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with PodLedger(core, namespace).recording() as ledger, chaos.running(client.CoordinationV1Api(api)):
             # Spread the kills over the lives: the driver waits for a kill between its phases.
-            per_phase = max(1, args.kills // 4)  # live() has four phase boundaries
+            per_phase = max(1, -(-args.kills // 4))  # live() has four phase boundaries: all K kills land
             live(jobs, core, namespace, names, timeout=600, between=lambda: chaos.next_kill(per_phase))
             wrong = outcome(jobs, names, timeout=600)
             stray = left_behind(jobs, names)
