@@ -104,13 +104,18 @@ def _inputs_needed(
     (a profile that needs them, once an attempt), the priority class a Workload to create carries."""
     networks = needs_gke_facts(spec, old, world.gke)
     priority = None
-    if queueing is not None and queueing.state == kueue.State.MISSING and not old.finished:
+    if _workload_to_make(queueing, old):
         members = Gang.of(JobRef.of(world.job), spec, old.attempt)  # the priority class is the template's
         wanted = kueue.priority_class_of(world.job, [render_pod(members, m) for m in members.members])
         given = world.kueue.priority
         if wanted is not None and (given is None or given.class_name != wanted.class_name):
             priority = wanted
     return Needs(networks=networks, priority=priority) if networks or priority else None
+
+
+def _workload_to_make(queueing: kueue.Queueing | None, old: JobStatus) -> bool:
+    """A queued job that has no Workload yet and has not finished: the pass creates it (with its priority)."""
+    return queueing is not None and queueing.state == kueue.State.MISSING and not old.finished
 
 
 def _gang(world: World, spec: DistributedTrainingJobSpec, old: JobStatus, network: AttemptNetwork) -> Gang:
@@ -130,7 +135,7 @@ def _gang(world: World, spec: DistributedTrainingJobSpec, old: JobStatus, networ
 def _priority_missing(one: Pass) -> str | None:
     """Why a queued job's Workload cannot be created: the priority class it names does not exist."""
     queueing, priority = one.queueing, one.world.kueue.priority
-    if queueing is None or queueing.state != kueue.State.MISSING or one.old.finished:
+    if not _workload_to_make(queueing, one.old):
         return None
     if priority is not None and priority.value is None:
         return f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
