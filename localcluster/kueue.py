@@ -40,6 +40,17 @@ METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # that name a queue.
 FRAMEWORKS = ("batch/job",)
 
+# waitForPodsReady as platform teams run it (Kueue's "all-or-nothing with ready pods"): an admitted
+# Workload whose pods are not all ready within the timeout is evicted and requeued with a backoff, then
+# deactivated; until then it blocks every other admission. The timeout is Kueue's 5 min cut to the tests'
+# pace; the backoff's base to 1 s (Kueue's default is 60 s) so that a requeue shows within a test.
+WAIT_FOR_PODS_READY: dict[str, Any] = {
+    "enable": True,
+    "timeout": "30s",
+    "blockAdmission": True,
+    "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 1, "backoffBaseSeconds": 1},
+}
+
 Kubectl = Callable[..., str]
 
 
@@ -49,7 +60,8 @@ def config_dir(layout: Layout) -> Path:
 
 
 def configuration(cert_dir: Path) -> dict[str, Any]:
-    """Kueue's Configuration for the local cluster: one replica, no certificate rotation of its own."""
+    """Kueue's Configuration for the local cluster: one replica, no certificate rotation of its own,
+    waitForPodsReady on."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
@@ -60,6 +72,7 @@ def configuration(cert_dir: Path) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
+        "waitForPodsReady": WAIT_FOR_PODS_READY,
         "integrations": {"frameworks": list(FRAMEWORKS), "externalFrameworks": list(EXTERNAL_FRAMEWORKS)},
     }
 

@@ -388,3 +388,68 @@ def test_a_workload_kueue_deactivated_stays_inactive_and_the_job_says_why() -> N
     assert plan.workload_active is None and plan.create == []
     message = condition(after(QUEUED, plan), "Queued")["message"]
     assert "Kueue deactivated it (admission check dws-prov: no capacity in us-central1)" in message
+
+
+def with_reason(wl: dict[str, Any], type_: str, status: str, reason: str) -> dict[str, Any]:
+    """`wl` with its condition `type_` replaced by one of `status` and `reason` (Kueue's reasons differ
+    from the types: PodsReady's Started, WaitForRecovery; an eviction's PodsReadyTimeout)."""
+    conditions = [c for c in wl["status"]["conditions"] if c["type"] != type_]
+    conditions.append(
+        {"type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": "x"}
+    )
+    return {**wl, "status": {**wl["status"], "conditions": conditions}}
+
+
+def pods_ready_written(plan: Plan) -> tuple[str, str] | None:
+    if plan.workload_status is None:
+        return None
+    return next(
+        (
+            (c["status"], c["reason"])
+            for c in plan.workload_status["status"]["conditions"]
+            if c["type"] == "PodsReady"
+        ),
+        None,
+    )
+
+
+def test_an_admitted_gang_tells_kueue_its_pods_are_ready_once_every_member_is_and_when_one_is_lost() -> None:
+    """Kueue's waitForPodsReady evicts an admitted Workload whose PodsReady is not True by the timeout;
+    dtjob keeps the condition as Kueue's own job integrations do (jobframework's generatePodsReadyCondition)."""
+    job, children = running_gang()
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    starting = [running(c, ready=False) if c["metadata"]["name"] == "mnist-worker-1" else c for c in children]
+    assert pods_ready_written(queued_pass(job, starting, admitted)) is None  # Kueue times it from admission
+    plan = queued_pass(job, children, admitted)
+    assert pods_ready_written(plan) == ("True", "Started")
+    assert plan.workload_status is not None and plan.workload_status["metadata"]["resourceVersion"] == "7"
+    ready = with_reason(admitted, "PodsReady", "True", "Started")
+    assert queued_pass(job, children, ready).workload_status is None  # written once
+    # A member lost under a ready gang: waiting for recovery (Kueue's recoveryTimeout counts from then).
+    assert pods_ready_written(queued_pass(job, starting, ready)) == ("False", "WaitForRecovery")
+    recovering = with_reason(admitted, "PodsReady", "False", "WaitForRecovery")
+    assert queued_pass(job, starting, recovering).workload_status is None
+    assert pods_ready_written(queued_pass(job, children, recovering)) == ("True", "Recovered")
+
+
+def test_an_evicted_gang_hands_its_quota_back_with_pods_ready_false_so_the_next_admission_is_timed_anew() -> (
+    None
+):
+    job, children = running_gang()
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    evicted = with_reason(evicted, "PodsReady", "True", "Started")
+    job = after(job, queued_pass(job, children, evicted))
+    job = after(job, queued_pass(job, children, evicted))  # the restart recorded, the gang deleted
+    assert pods_ready_written(queued_pass(job, [service_of(QUEUED)], evicted)) == ("False", "WaitForStart")
+
+
+def test_an_eviction_at_the_pods_ready_timeout_is_kueues_to_count_not_max_preemptions() -> None:
+    """Kueue's requeuingStrategy backs a gang that does not get ready off and deactivates its Workload
+    after backoffLimitCount: maxPreemptions is not charged twice for it."""
+    job, children = running_gang()
+    job = {**job, "spec": {**job["spec"], "runPolicy": {"maxPreemptions": 0}}}
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    evicted = with_reason(evicted, "Evicted", "True", kueue.PODS_READY_TIMEOUT)
+    job = after(job, queued_pass(job, children, evicted))
+    assert job["status"]["phase"] == "Restarting", job["status"]
+    assert "evicted by Kueue" in job["status"]["lastRestart"]["message"]

@@ -43,6 +43,8 @@ POD_SET_LABEL: Final = f"{GROUP}/podset"
 GANG_POD_SET: Final = "gang"
 """The one podSet of a gang whose roles share a topology request and a scheduling shape."""
 WORKLOAD_ANNOTATION: Final = f"{GROUP}/workload"
+# Kueue's reason for an eviction at the PodsReady timeout (workload_types.go).
+PODS_READY_TIMEOUT: Final = "PodsReadyTimeout"
 
 
 class State(StrEnum):
@@ -107,6 +109,8 @@ class Queueing:
     """By podSet name (`pod_set_name(role)`), once admitted."""
     active: bool = True
     """The Workload's spec.active: false, Kueue neither admits it nor keeps it admitted."""
+    evicted_by: str = ""
+    """Kueue's reason for an eviction (Preempted, PodsReadyTimeout, ...), while Evicted."""
 
 
 def queue_of(job: Mapping[str, Any]) -> str | None:
@@ -254,25 +258,37 @@ def read(
         why = ": ".join(str(part) for part in (finished.get("reason"), finished.get("message")) if part)
         return Queueing(queue, State.FINISHED, workload, cluster_queue, why, active=active)
     if true("Evicted") and admission is not None:
-        return Queueing(queue, State.EVICTED, workload, cluster_queue, said("Evicted"), active=active)
+        by = str(conditions["Evicted"].get("reason") or "")
+        return Queueing(
+            queue, State.EVICTED, workload, cluster_queue, said("Evicted"), active=active, evicted_by=by
+        )
     if true("Admitted") and admission is not None:
         pod_sets, problem = _pod_sets(workload, admission, flavors)
         if problem is not None:
             return Queueing(queue, State.PENDING, workload, cluster_queue, problem, active=active)
         message = f"admitted by ClusterQueue {cluster_queue}"
         return Queueing(queue, State.ADMITTED, workload, cluster_queue, message, pod_sets, active)
-    waiting = _waiting_for(where, cluster_queue, said("QuotaReserved"), status)
-    if not active:
-        rejected = [
-            f"{check.get('name')}: {check.get('message') or 'Rejected'}"
-            for check in status.get("admissionChecks") or []
-            if check.get("state") == "Rejected"
-        ]
-        waiting = "the Workload is inactive: " + (
-            f"Kueue deactivated it (admission check {'; '.join(rejected)})" if rejected
-            else said("Evicted") or "the job is suspended, or Kueue deactivated it"
-        )  # fmt: skip
+    waiting = (
+        _waiting_for(where, cluster_queue, said("QuotaReserved"), status) if active else _inactive(status)
+    )
     return Queueing(queue, State.PENDING, workload, cluster_queue, waiting, active=active)
+
+
+def _inactive(status: Mapping[str, Any]) -> str:
+    """Why a Workload is inactive: a rejected admission check, the eviction Kueue deactivated it with
+    (waitForPodsReady's requeuing limit), or the job's suspension."""
+    rejected = [
+        f"{check.get('name')}: {check.get('message') or 'Rejected'}"
+        for check in status.get("admissionChecks") or []
+        if check.get("state") == "Rejected"
+    ]
+    evicted: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), {}
+    )
+    return "the Workload is inactive: " + (
+        f"Kueue deactivated it (admission check {'; '.join(rejected)})" if rejected
+        else str(evicted.get("message") or "") or "the job is suspended, or Kueue deactivated it"
+    )  # fmt: skip
 
 
 def _where(queue: str, routes: Mapping[str, str] | None) -> str:
@@ -338,41 +354,3 @@ def _pod_sets(
                 info.tolerations.extend(update.get("tolerations") or [])
         infos[name] = info
     return infos, None
-
-
-def admission_cleared(workload: Mapping[str, Any], now: str) -> dict[str, Any]:
-    """The Workload status that hands an evicted Workload's quota back once its gang is gone, as
-    jobframework does: no admission, QuotaReserved False (Pending), Requeued True after a preemption."""
-    status = workload.get("status") or {}
-    conditions = status.get("conditions") or []
-    evicted: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Evicted"), {})
-    reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
-    kept = [c for c in conditions if c.get("type") not in ("QuotaReserved", "Admitted", "Requeued")]
-    return {
-        "admission": None,
-        "conditions": [
-            *kept,
-            _condition("QuotaReserved", "False", "Pending", message, now),
-            _condition("Admitted", "False", "NoReservation", "The workload has no reservation", now),
-            _condition("Requeued", "True" if reason == "Preempted" else "False", reason, message, now),
-        ],
-    }
-
-
-def finished(workload: Mapping[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
-    """The Workload status patch that marks it Finished (Kueue then releases its quota)."""
-    conditions = [
-        c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") != "Finished"
-    ]
-    conditions.append(_condition("Finished", "True", "Succeeded" if succeeded else "Failed", message, now))
-    return {"conditions": conditions}
-
-
-def _condition(type_: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message[:32768],
-        "lastTransitionTime": now,
-    }

@@ -159,7 +159,7 @@ def _plan(
         create=pods,
         apply=service,
         workload=workload_to_create(world.job, gang, queueing, new, world.kueue.priority),
-        workload_status=workload_status(queueing, observed, new, world.now),
+        workload_status=workload_status(queueing, gang, observed, new, world.now),
         workload_active=workload_active(queueing, one.spec, old),
         relabel=relabel,
         delete=[delete for delete, _ in planned_deletes] + policy_unwanted(one.spec, observed),

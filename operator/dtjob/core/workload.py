@@ -1,9 +1,9 @@
 """The writes a pass plans for a queued job's Kueue Workload: created once, deactivated while the job is
-suspended, its quota handed back after an eviction, Finished with the job."""
+suspended, PodsReady once its gang runs, its quota handed back after an eviction, Finished with the job."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,18 @@ from dtjob.core import kueue
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed
 from dtjob.core.render import render_pod, render_spare
+from dtjob.core.views import PodState
+
+# The Workload condition Kueue's waitForPodsReady reads (an admitted Workload without it True is evicted
+# at the timeout), with jobframework's reasons and messages (reconciler.go: generatePodsReadyCondition).
+PODS_READY = "PodsReady"
+STARTED = "Started"
+RECOVERED = "Recovered"
+WAIT_FOR_START = "WaitForStart"
+WAIT_FOR_RECOVERY = "WaitForRecovery"
+READY_MESSAGE = "All pods reached readiness and the workload is running"
+NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
+RECOVERY_MESSAGE = "At least one pod has failed, waiting for recovery"
 
 
 def workload_to_create(
@@ -47,23 +59,105 @@ def workload_active(
 
 
 def workload_status(
-    queueing: kueue.Queueing | None, observed: Observed, new: JobStatus, now: datetime
+    queueing: kueue.Queueing | None, gang: Gang, observed: Observed, new: JobStatus, now: datetime
 ) -> dict[str, Any] | None:
-    """An evicted gang's quota handed back once no pod of it is left; a finished job's Workload Finished."""
+    """An evicted gang's quota handed back once no pod of it is left; a finished job's Workload Finished;
+    an admitted one's PodsReady as Kueue's job integrations keep it."""
     if queueing is None or queueing.workload is None:
         return None
     patch: dict[str, Any] | None = None
     if new.finished and queueing.state != kueue.State.FINISHED:
         succeeded = new.is_true(ConditionType.SUCCEEDED)
-        patch = kueue.finished(
+        patch = finished(
             queueing.workload, succeeded, f"the job {'succeeded' if succeeded else 'failed'}", timestamp(now)
         )
     elif queueing.state == kueue.State.EVICTED and not observed.pods:
-        patch = kueue.admission_cleared(queueing.workload, timestamp(now))
+        patch = admission_cleared(queueing.workload, timestamp(now))
+    elif queueing.state == kueue.State.ADMITTED:
+        patch = pods_ready(queueing.workload, gang_ready(gang, observed), timestamp(now))
     if patch is None:
         return None
     version = queueing.workload["metadata"].get("resourceVersion")
     return {
         "metadata": {"name": queueing.workload["metadata"]["name"], "resourceVersion": version},
         "status": patch,
+    }
+
+
+def gang_ready(gang: Gang, observed: Observed) -> bool:
+    """Every member of the attempt Ready or Succeeded: what Kueue's waitForPodsReady waits for (a batch
+    Job's `ready + succeeded >= parallelism`). Spares are not awaited: the gang trains without them."""
+    done = {PodState.READY, PodState.SUCCEEDED}
+    ready = [p for p in observed.of_attempt(gang.attempt) if p.state in done and not p.terminating]
+    return len(ready) >= len(gang.members)
+
+
+def pods_ready(workload: Mapping[str, Any], ready: bool, now: str) -> dict[str, Any] | None:
+    """The Workload's PodsReady condition where it changes, as jobframework's generatePodsReadyCondition
+    writes it: True once the gang is ready (Recovered after a recovery); False, WaitForRecovery, once a
+    ready gang lost a pod (Kueue's recoveryTimeout counts from then). Not written before the first
+    readiness: Kueue times an admitted Workload without it from its admission, as with WaitForStart."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    current: Mapping[str, Any] = next((c for c in conditions if c.get("type") == PODS_READY), {})
+    recovering = current.get("reason") in (WAIT_FOR_RECOVERY, RECOVERED)
+    if ready:
+        wanted = ("True", RECOVERED if recovering else STARTED, READY_MESSAGE)
+    elif current.get("status") == "True" or current.get("reason") == WAIT_FOR_RECOVERY:
+        wanted = ("False", WAIT_FOR_RECOVERY, RECOVERY_MESSAGE)
+    else:
+        return None
+    if (current.get("status"), current.get("reason")) == wanted[:2]:
+        return None
+    kept = [c for c in conditions if c.get("type") != PODS_READY]
+    return {"conditions": [*kept, condition(PODS_READY, *wanted, now)]}
+
+
+def admission_cleared(workload: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The Workload status that hands an evicted Workload's quota back once its gang is gone, as
+    jobframework does: no admission, QuotaReserved False (Pending), Requeued True after a preemption."""
+    status = workload.get("status") or {}
+    conditions = status.get("conditions") or []
+    evicted: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Evicted"), {})
+    reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
+    # PodsReady too: a gang admitted again starts its PodsReady timeout anew (jobframework writes
+    # WaitForStart for a Workload that is not admitted).
+    kept = [
+        c for c in conditions if c.get("type") not in ("QuotaReserved", "Admitted", "Requeued", PODS_READY)
+    ]
+    return {
+        "admission": None,
+        "conditions": [
+            *kept,
+            condition("QuotaReserved", "False", "Pending", message, now),
+            condition("Admitted", "False", "NoReservation", "The workload has no reservation", now),
+            condition("Requeued", "True" if reason == "Preempted" else "False", reason, message, now),
+            *(
+                [condition(PODS_READY, "False", WAIT_FOR_START, NOT_READY_MESSAGE, now)]
+                if _has(conditions, PODS_READY)
+                else []
+            ),
+        ],
+    }
+
+
+def _has(conditions: Sequence[Mapping[str, Any]], type_: str) -> bool:
+    return any(c.get("type") == type_ for c in conditions)
+
+
+def finished(workload: Mapping[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
+    """The Workload status patch that marks it Finished (Kueue then releases its quota)."""
+    conditions = [
+        c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") != "Finished"
+    ]
+    conditions.append(condition("Finished", "True", "Succeeded" if succeeded else "Failed", message, now))
+    return {"conditions": conditions}
+
+
+def condition(type_: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now,
     }
