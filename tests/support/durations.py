@@ -111,11 +111,21 @@ class DurationReport:
         self.tier: dict[str, str] = {}
         self.outcome: dict[str, str] = {}
         self.why: dict[str, str] = {}
+        self.started_at: dict[str, float] = {}
+        self.worker: dict[str, str] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        """When each test started, in seconds from the run's start: with the worker, the run's timeline
+        (which tests waited on which, and when a worker stood idle) is in the report's JSON."""
+        self.started_at.setdefault(nodeid, round(time.monotonic() - self.started, 1))
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         self.tier.setdefault(report.nodeid, tier_of(report.keywords))
+        if gateway := getattr(getattr(report, "node", None), "gateway", None):
+            self.worker.setdefault(report.nodeid, str(gateway.id))
         if report.when == "call" or report.outcome != "passed":
             self.outcome[report.nodeid] = (
                 "error" if report.when != "call" and report.failed else report.outcome
@@ -134,6 +144,8 @@ class DurationReport:
                 "seconds": round(seconds, 2),
                 "tier": self.tier[nodeid],
                 "outcome": outcome,
+                "started": self.started_at.get(nodeid),
+                **({"worker": self.worker[nodeid]} if nodeid in self.worker else {}),
                 **({"why": self.why[nodeid]} if nodeid in self.why else {}),
             }
         written = durations.write(ARTIFACTS, f"{REPORT}-{self.part}" if self.part else REPORT)
