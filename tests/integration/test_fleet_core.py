@@ -19,7 +19,7 @@ import dtjob.core.writes
 from dtjob.core.observed import pod_essentials
 from dtjob.core.plan import Event
 from dtjob.core.render import render_children
-from dtjob.core.world import KueueFacts
+from dtjob.core.world import GkeFacts, KueueFacts
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
@@ -229,8 +229,9 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     slot = threading.BoundedSemaphore(1)
     kube = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST)
     plan, _, _, lagging = run_pass(
-        slot, kube, job, [], created, [], [], now, OperatorSettings(), KueueFacts(None, {}, False, None), None
-    )
+        slot, kube, job, [], created, [], [], now, OperatorSettings(), KueueFacts(None, {}, False, None),
+        GkeFacts(), None,
+    )  # fmt: skip
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1

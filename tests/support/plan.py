@@ -30,6 +30,7 @@ def world_of(
     networks: frozenset[str] | None = None,
     device_classes: frozenset[str] | None = None,
     installers: Mapping[str, Installer] | None = None,
+    autopilot: bool = False,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -45,7 +46,7 @@ def world_of(
     to confirm)."""
     return World(
         job, children, now, nodes,
-        gke=GkeFacts(networks, device_classes, installers),
+        gke=GkeFacts(networks, device_classes, installers, autopilot),
         kueue=KueueFacts(workload, flavors or {}, kueue_served, routes, priority),
         ledger=ledger,
         settings=PassSettings(daemon_images, progress_url),

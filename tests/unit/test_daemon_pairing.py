@@ -115,15 +115,28 @@ def test_the_operators_daemon_setting_counts_and_a_pair_is_quiet() -> None:
     assert daemon["image"].endswith(":v1.0.20")
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", "gpudirect-system"])
-def test_a_tcpx_installer_at_the_older_plugin_degrades_the_choice_and_names_the_fix(namespace: str) -> None:
-    plan = plan_for(job(HIGH), [], NOW, networks=GKE_NETWORKS, installers=tcpx_installer("v3.1.9", namespace))
+def test_a_tcpx_installer_at_the_older_plugin_degrades_the_choice_and_names_the_fix() -> None:
+    plan = plan_for(job(HIGH), [], NOW, networks=GKE_NETWORKS, installers=tcpx_installer("v3.1.9"))
     assert plan.status is not None and plan.status["nccl"]["profile"] == "GPUDirectTCPX"
     reason = plan.status["nccl"]["reason"]
     assert reason.endswith(f"; but {TCPX_MISMATCH}"), reason
     (event,) = [e for e in plan.events if e.reason == "NetworkChosen"]
     assert event == Event("Warning", "NetworkChosen", f"attempt 1: NCCL profile GPUDirectTCPX: {reason}")
     assert len(plan.create) == 2
+
+
+def test_autopilots_tcpx_installer_pairs_with_the_autopilot_shapes_daemon() -> None:
+    """Autopilot's installer (nccl-tcpx-installer-autopilot.yaml) installs v3.1.9, and Google's Autopilot
+    recipe runs its pair v2.0.12: the Autopilot shape's default daemon, so no Warning."""
+    installers = tcpx_installer("v3.1.9", "gpudirect-system")
+    plan = plan_for(job(HIGH), [], NOW, networks=GKE_NETWORKS, installers=installers)
+    assert plan.status is not None and plan.status["nccl"]["autopilot"] is True
+    assert [e.type for e in plan.events if e.reason == "NetworkChosen"] == ["Normal"]
+    daemon = next(c for c in plan.create[0]["spec"]["initContainers"] if c["name"] == "tcpx-daemon")
+    assert daemon["image"] == f"{TCPX_REGISTRY}/tcpgpudmarxd-dev:v2.0.12"
+    standard = {"nccl-tcpx-installer": Installer("kube-system", installers["nccl-tcpx-installer"].images)}
+    assert daemon_mismatch(TCPX, None, standard, autopilot=True) is None
+    assert daemon_mismatch(TCPX, None, standard) is not None
 
 
 def test_a_tcpx_installer_at_the_profiles_plugin_is_quiet() -> None:

@@ -8,6 +8,7 @@ test_gke_recipes.py. Here an Autopilot pod must be dtjob's Standard pod with exa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,18 @@ import yaml
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.frameworks import Gang
-from dtjob.core.gke import Installer, choose, on_autopilot
+from dtjob.core.gke import (
+    Installer,
+    autopilot_cluster,
+    autopilot_node,
+    choose,
+    on_autopilot,
+    selects_autopilot,
+)
 from dtjob.core.names import JobRef
+from dtjob.core.observed import node_essentials
 from dtjob.core.render import render_pod
-from tests.support.builders import NOW, manifest
+from tests.support.builders import NOW, manifest, template
 from tests.support.plan import plan_for
 
 AUTOPILOT = yaml.safe_load(
@@ -106,7 +115,8 @@ def test_an_autopilot_pod_is_the_standard_pod_with_the_autopilot_recipes_changes
         k: v for k, v in env(standard_daemon).items() if k not in want["daemon"]["env_removed"]
     }
     assert daemon.get("resources") == want["daemon"]["resources"]
-    unchanged = ("image", "command", "args", "securityContext", "startupProbe", "restartPolicy")
+    assert daemon["image"] == want["recipe_pod"]["daemon_image"]  # TCPX's: the Autopilot installer's pair
+    unchanged = ("command", "args", "securityContext", "startupProbe", "restartPolicy")
     assert {k: daemon.get(k) for k in unchanged} == {k: standard_daemon.get(k) for k in unchanged}
     kept = want["daemon"]["host_mounts_removed"]
     assert host_mounts(autopilot, daemon) == {
@@ -115,6 +125,93 @@ def test_an_autopilot_pod_is_the_standard_pod_with_the_autopilot_recipes_changes
     if (socket := want.get("socket_volume")) is not None:
         (volume,) = [v for v in autopilot["spec"]["volumes"] if v["name"] == f"dtj-{socket['name']}"]
         assert volume == {"name": f"dtj-{socket['name']}", "emptyDir": socket["emptyDir"]}
+
+
+@pytest.mark.parametrize("profile", ["GPUDirectTCPX", "GPUDirectTCPXO"])
+def test_an_autopilot_pod_selects_and_runs_what_googles_autopilot_recipe_does(profile: str) -> None:
+    """The recipe's node selectors (its zone aside, the job's own; spot as spec.accelerator.spot sets it),
+    its daemon's image and its trainer's GPUs."""
+    want = AUTOPILOT[profile]["recipe_pod"]
+    stored = manifest(("Worker", 2), accelerator={"type": AUTOPILOT[profile]["accelerator"], "count": 8,
+                                                  "spot": True}, nccl={"profile": profile})  # fmt: skip
+    spec = DistributedTrainingJobSpec.model_validate(stored["spec"])
+    gang = Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile), autopilot=True)
+    rendered = render_pod(gang, gang.members[0])
+    selectors = {k: v for k, v in want["nodeSelector"].items() if k != "topology.kubernetes.io/zone"}
+    assert rendered["spec"]["nodeSelector"] == selectors
+    (daemon,) = [c for c in rendered["spec"]["initContainers"] if c["name"].endswith("-daemon")]
+    assert daemon["image"] == want["daemon_image"]
+    trainer = rendered["spec"]["containers"][0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == str(want["trainer_gpus"])
+    standard = pod(AUTOPILOT[profile]["accelerator"], profile, False)
+    assert "cloud.google.com/gke-gpu-driver-version" not in standard["spec"]["nodeSelector"]
+
+
+def node(name: str, compute_class: str | None) -> dict[str, Any]:
+    labels = {"cloud.google.com/compute-class": compute_class} if compute_class else {}
+    return {"metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+
+
+def test_autopilot_is_known_from_the_nodes_compute_classes() -> None:
+    detection = AUTOPILOT["detection"]
+    for compute_class in detection["autopilot_compute_classes"]:
+        assert autopilot_node(node("n", compute_class))
+    assert not autopilot_node(node("n", "my-standard-class")) and not autopilot_node(node("n", None))
+    autopilot_nodes = [node("a", "autopilot"), node("b", "Accelerator")]
+    assert autopilot_cluster(autopilot_nodes)
+    # The operator's node cache keeps the label (and no other): the same answer from cached nodes.
+    assert autopilot_cluster(map(node_essentials, autopilot_nodes))
+    assert node_essentials(node("c", None))["metadata"].get("labels") is None
+    # A Standard cluster's own node pool (no compute class), or Autopilot-mode nodes beside it: Standard.
+    assert not autopilot_cluster([*autopilot_nodes, node("c", None)])
+    assert not autopilot_cluster([])
+
+
+def test_a_template_that_selects_an_autopilot_compute_class_runs_in_autopilot_mode() -> None:
+    assert selects_autopilot({"nodeSelector": {"cloud.google.com/compute-class": "autopilot-spot"}})
+    assert not selects_autopilot({"nodeSelector": {"cloud.google.com/compute-class": "my-class"}})
+    assert not selects_autopilot({})
+
+
+GCSFUSE_VOLUME = {"csi": {"driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {"bucketName": "b"}}}
+FORBIDDEN_ON_AUTOPILOT = re.compile(r"^gke-gcsfuse/.+-(limit|request)$")
+
+
+def forbidden(pod: dict[str, Any]) -> list[str]:
+    """What GKE Autopilot refuses in a pod, of what dtjob could write: a "0" sidecar size (the GCS FUSE
+    driver's troubleshooting guide; tests/data/gke_recipes/gcsfuse.yaml), host namespaces, privilege."""
+    spec, found = pod["spec"], []
+    found += [k for k, v in pod["metadata"].get("annotations", {}).items()
+              if FORBIDDEN_ON_AUTOPILOT.match(k) and v == "0"]  # fmt: skip
+    found += [k for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    found += [c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")]
+    return found
+
+
+@pytest.mark.parametrize("accelerator", [None, "nvidia-tesla-a100", "nvidia-l4", "nvidia-h100-80gb"])
+def test_on_an_autopilot_cluster_without_gpudirect_no_pod_gets_what_autopilot_forbids(
+    accelerator: str | None,
+) -> None:
+    """An A100, L4 or H100 job on TCP (no GPUDirect installer, no Network objects), or a CPU job, with a
+    Cloud Storage FUSE checkpoint volume: on Standard the sidecar is unlimited, on Autopilot it is not."""
+    gpus = {"accelerator": {"type": accelerator, "count": 8 if accelerator == "nvidia-h100-80gb" else 1}}
+    stored = manifest(("Worker", 2), **(gpus if accelerator else {}),
+                      checkpoint={"volume": GCSFUSE_VOLUME, "path": "/ckpt"})  # fmt: skip
+    for autopilot in (True, False):
+        plan = plan_for(stored, [], NOW, networks=frozenset(), installers={}, autopilot=autopilot)
+        assert len(plan.create) == 2
+        found = [name for pod in plan.create for name in forbidden(pod)]
+        assert (found == []) if autopilot else found, found
+
+
+def test_a_standard_cluster_job_that_selects_autopilot_keeps_the_sidecar_limits() -> None:
+    selects = template(nodeSelector={"cloud.google.com/compute-class": "autopilot"})
+    stored = manifest({"role": "Worker", "count": 1, "template": selects},
+                      checkpoint={"volume": GCSFUSE_VOLUME, "path": "/ckpt"})  # fmt: skip
+    (created,) = plan_for(stored, [], NOW).create
+    assert forbidden(created) == []
 
 
 def test_the_installers_namespaces_say_autopilot() -> None:
@@ -130,9 +227,7 @@ def test_auto_on_autopilot_needs_gvnic_1_on_rdma_machines_and_says_the_shape() -
     assert lacking.profile == "TCP" and "gvnic-1" in lacking.reason and lacking.degraded
     chosen = choose(spec, EIGHT_RDMA | {"gvnic-1"}, running, autopilot=True)
     assert (chosen.profile, chosen.autopilot) == ("RDMA", True)
-    assert chosen.reason.endswith(
-        "in Autopilot's shape (its GPUDirect installers run in gpudirect-system, rdma-system)"
-    )
+    assert chosen.reason.endswith("in Autopilot's shape (the pods run in GKE's Autopilot mode)")
     standard = choose(spec, EIGHT_RDMA, running)
     assert (standard.profile, standard.autopilot) == ("RDMA", False)
 

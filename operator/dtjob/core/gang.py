@@ -37,7 +37,8 @@ class Gang:
     avoided_nodes: tuple[str, ...] = ()
     """Nodes the pods are kept off (status.avoidedNodes: slow ranks' nodes)."""
     autopilot: bool = False
-    """The GPU pods take the shape of GKE's Autopilot recipes (gke.profile_for)."""
+    """The pods run in GKE's Autopilot mode (network.in_autopilot_mode): what Autopilot forbids is kept out
+    of them, and the GPU pods take the shape of GKE's Autopilot recipes (gke.profile_for)."""
     rendezvous_pod: str | None = None
     """The pod that holds rank 0 when it is not rank 0's own (a hot spare took the rank); None otherwise."""
 

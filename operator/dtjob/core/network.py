@@ -17,6 +17,7 @@ from dtjob.core.gke import (
     missing_networks,
     needs_networks,
     on_autopilot,
+    selects_autopilot,
 )
 from dtjob.core.world import GkeFacts
 
@@ -64,16 +65,27 @@ def attempt_network(spec: DistributedTrainingJobSpec, old: JobStatus, gke: GkeFa
     classes = gke.device_classes or frozenset()
     running = frozenset(gke.installers) if gke.installers is not None else None
     networks = gke.networks or frozenset()
-    chosen = choose(spec, networks, running, classes, on_autopilot(gke.installers))
+    chosen = choose(spec, networks, running, classes, in_autopilot_mode(spec, gke))
     if (missing := _networks_missing(spec, chosen, networks, classes)) is not None:
         return missing
     return AttemptNetwork(chosen.profile, chosen.autopilot, chosen)
 
 
-def paired(chosen: NetworkChoice | None, daemon_image: str | None, gke: GkeFacts) -> NetworkChoice | None:
-    """The choice, degraded when the attempt's GPUDirect daemon does not pair with the cluster's plugin."""
+def in_autopilot_mode(spec: DistributedTrainingJobSpec, gke: GkeFacts) -> bool:
+    """Whether the job's pods run in GKE's Autopilot mode: on an Autopilot cluster (its nodes say so, or
+    its GPUDirect installers run in Autopilot's namespaces), or where their template selects an Autopilot
+    ComputeClass (gke.autopilot)."""
+    templates = (spec.replica(role).template.get("spec") or {} for role in spec.roles())
+    return gke.autopilot or on_autopilot(gke.installers) or any(map(selects_autopilot, templates))
+
+
+def paired(
+    chosen: NetworkChoice | None, daemon_image: str | None, gke: GkeFacts, autopilot: bool = False
+) -> NetworkChoice | None:
+    """The choice, degraded when the attempt's GPUDirect daemon (`autopilot`: in the Autopilot shape's
+    default) does not pair with the cluster's plugin."""
     if chosen is not None and (
-        mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {})
+        mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {}, autopilot)
     ):
         return replace(chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True)
     return chosen

@@ -21,7 +21,7 @@ from dtjob.core.classify import (
     classify,
     node_matters,
 )
-from dtjob.core.gke import DAEMON_SIDECARS
+from dtjob.core.gke import COMPUTE_CLASS_LABEL, DAEMON_SIDECARS
 from dtjob.core.preflight import PREFLIGHT_CONTAINER
 from dtjob.core.views import ACTIVE_STATES, ENDED_ABNORMALLY, NodeView, PodState, PodView
 
@@ -147,12 +147,18 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def node_essentials(node: Mapping[str, Any]) -> dict[str, Any]:
-    """What `node_view` reads: the name, the creation time, the Ready condition and disruption taints."""
+    """What `node_view` reads: the name, the creation time, the Ready condition and disruption taints; and
+    the ComputeClass GKE made it for (gke.autopilot_cluster)."""
     meta = node.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k == COMPUTE_CLASS_LABEL}
     conditions = (node.get("status") or {}).get("conditions") or []
     taints = (node.get("spec") or {}).get("taints") or []
     return {
-        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "metadata": {
+            "name": meta.get("name"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            **({"labels": labels} if labels else {}),
+        },
         "spec": {"taints": [{"key": t.get("key")} for t in taints if t.get("key") in DISRUPTION_TAINTS]},
         "status": {
             "conditions": [

@@ -27,7 +27,14 @@ from dtjob.core import kueue, progress
 from dtjob.core.decide import Action, Decision, decide, kept_in_place
 from dtjob.core.frameworks import Gang
 from dtjob.core.names import JobRef
-from dtjob.core.network import RECHECK_SECONDS, AttemptNetwork, attempt_network, needs_gke_facts, paired
+from dtjob.core.network import (
+    RECHECK_SECONDS,
+    AttemptNetwork,
+    attempt_network,
+    in_autopilot_mode,
+    needs_gke_facts,
+    paired,
+)
 from dtjob.core.observed import Observed, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
@@ -128,7 +135,7 @@ def _gang(world: World, spec: DistributedTrainingJobSpec, old: JobStatus, networ
         settings.daemon_images,
         settings.progress_url,
         tuple(old.avoided_nodes),
-        network.autopilot,
+        network.autopilot or in_autopilot_mode(spec, world.gke),
     )
 
 
@@ -146,7 +153,7 @@ def _plan(
     one: Pass, decision: Decision, network: AttemptNetwork, slow: tuple[progress.SlowRank, ...] | None
 ) -> Plan:
     world, old, gang, observed, queueing = one.world, one.old, one.gang, one.observed, one.queueing
-    chosen = paired(network.chosen, gang.daemon_image, world.gke)
+    chosen = paired(network.chosen, gang.daemon_image, world.gke, gang.autopilot)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     new, events = status_of_pass(
         old, gang, observed, decision, world.now, one.generation, queueing is not None,

@@ -23,7 +23,7 @@ from dtjob.core.progress import Ledger
 
 @dataclass(frozen=True)
 class GkeFacts:
-    """The cluster's GPUDirect facts, as read."""
+    """The cluster's GKE facts, as read: its GPUDirect objects, and whether it is an Autopilot cluster."""
 
     networks: frozenset[str] | None = None
     """The names of the cluster's GKE Network objects; None: not read (a profile that needs them asks)."""
@@ -31,6 +31,9 @@ class GkeFacts:
     """The names of its DRA DeviceClasses, read with the networks."""
     installers: Mapping[str, Installer] | None = None
     """The GPUDirect prerequisite DaemonSets it runs (where, their images); None: unknown, not judged."""
+    autopilot: bool = False
+    """The cluster is an Autopilot cluster, as its nodes tell (gke.autopilot_cluster over the operator's
+    node cache, every pass): its pods run in Autopilot mode."""
 
 
 @dataclass(frozen=True)

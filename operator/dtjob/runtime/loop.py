@@ -15,9 +15,10 @@ from typing import Any, Final
 
 from dtjob import metrics
 from dtjob.api import KIND
+from dtjob.core.gke import autopilot_cluster
 from dtjob.core.observed import nodes_to_judge, owned_by
 from dtjob.core.plan import Event, Plan
-from dtjob.core.world import KueueFacts
+from dtjob.core.world import GkeFacts, KueueFacts
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
 from dtjob.kube.refusals import link_failure, refusal
@@ -183,7 +184,7 @@ def _pass_inputs(
 ) -> tuple[Any, ...]:
     """What run_pass takes after the job, from the caches: the children (with the pods created that the
     watch lacks yet), the overdue ones, the nodes cached and unknown, now, the settings, the job's queue,
-    its ledger."""
+    whether the cluster's nodes are Autopilot's, its ledger."""
     uid = job["metadata"]["uid"]
     others = [
         json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
@@ -198,7 +199,8 @@ def _pass_inputs(
     known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
     cached = [node for node in known.values() if node is not None]
     unknown = [name for name, node in known.items() if node is None]
-    return children, overdue, cached, unknown, now, runtime.config, queue, runtime.ledgers.get(key)
+    gke = GkeFacts(autopilot=autopilot_cluster(caches.nodes.values()))
+    return children, overdue, cached, unknown, now, runtime.config, queue, gke, runtime.ledgers.get(key)
 
 
 def _failed(key: JobKey, memory: JobMemory, err: Exception) -> float:

@@ -48,6 +48,7 @@ def _pass_in_slot(
     now: datetime,
     config: OperatorSettings,
     queue: KueueFacts,
+    gke: GkeFacts,
     ledger: progress.Ledger | None,
 ) -> PassOutcome:
     """The blocking part, in a worker thread: decide, write, and on a conflict read the job once. Also
@@ -67,7 +68,7 @@ def _pass_in_slot(
     settings = PassSettings(
         config.daemon_images, config.progress_url if config.progress_port is not None else None
     )
-    plan = _decided(kube, World(job, children, now, nodes, kueue=queue, ledger=ledger, settings=settings))
+    plan = _decided(kube, World(job, children, now, nodes, gke, queue, ledger, settings))
     try:
         done = kube.write.execute(job, plan, slot)
     except Refused as refused:  # the spec cannot work: say so on the job instead of retrying
@@ -104,8 +105,11 @@ def _read(kube: Kube, world: World, needs: Needs) -> World:
     """The world completed with what the core asked for. Each is asked for once: the core asks only for
     what the world lacks, and each read fills it."""
     if needs.networks:
-        gke = GkeFacts(
-            kube.read.read_networks(), kube.read.read_device_classes(), kube.read.read_gpudirect_daemonsets()
+        gke = replace(
+            world.gke,
+            networks=kube.read.read_networks(),
+            device_classes=kube.read.read_device_classes(),
+            installers=kube.read.read_gpudirect_daemonsets(),
         )
         world = replace(world, gke=gke)
     if needs.priority is not None:

@@ -7,6 +7,12 @@ silently falls back to TCP, 10-100x slower; with it on a cluster that lacks the 
 start. So `Auto` picks a GPUDirect profile only where it can work (`choose`), and says why in status.nccl.
 """
 
+from dtjob.core.gke.autopilot import (
+    COMPUTE_CLASS_LABEL,
+    autopilot_cluster,
+    autopilot_node,
+    selects_autopilot,
+)
 from dtjob.core.gke.choice import (
     NetworkChoice,
     choose,
@@ -40,6 +46,7 @@ from dtjob.core.gke.profiles import (
 
 __all__ = [
     "AUTO_PROFILES",
+    "COMPUTE_CLASS_LABEL",
     "DAEMON_NOT_READY_RESTARTS",
     "DAEMON_PAIRINGS",
     "DAEMON_SIDECARS",
@@ -56,6 +63,8 @@ __all__ = [
     "PROFILES",
     "Installer",
     "NetworkChoice",
+    "autopilot_cluster",
+    "autopilot_node",
     "choose",
     "daemon_mismatch",
     "library_path",
@@ -66,4 +75,5 @@ __all__ = [
     "needs_networks",
     "on_autopilot",
     "profile_for",
+    "selects_autopilot",
 ]

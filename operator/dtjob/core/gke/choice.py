@@ -14,7 +14,7 @@ from dtjob.core.gke.prerequisites import (
     Installer,
 )
 from dtjob.core.gke.profiles import (
-    AUTOPILOT_NAMESPACES,
+    AUTOPILOT_PROFILES,
     MANAGED_RDMA_DEVICE_CLASS,
     NETWORK_GROUP,
     PROFILES,
@@ -42,8 +42,7 @@ def _in_cluster_shape(
     """The choice on an Autopilot cluster, for a profile that has an Autopilot shape there: said."""
     if not autopilot or profile_for(choice.profile, spec, True) == profile_for(choice.profile, spec):
         return choice
-    namespaces = ", ".join(sorted(AUTOPILOT_NAMESPACES))
-    reason = f"{choice.reason}; in Autopilot's shape (its GPUDirect installers run in {namespaces})"
+    reason = f"{choice.reason}; in Autopilot's shape (the pods run in GKE's Autopilot mode)"
     return replace(choice, reason=reason, autopilot=True)
 
 
@@ -77,8 +76,8 @@ def choose(
     cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`), and its PREREQUISITES
     running (`daemonsets`: those the cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be
     read: not judged). Anything else is TCP, with the reason. An explicit profile is taken as it is
-    (`missing_networks` and `missing_device_class` tell whether it can start). `autopilot`: the cluster
-    runs Autopilot's installers (on_autopilot), whose pods attach one more Network on RDMA machines."""
+    (`missing_networks` and `missing_device_class` tell whether it can start). `autopilot`: the pods run
+    in Autopilot mode (network.in_autopilot_mode), where they attach one more Network on RDMA machines."""
     wanted = candidate(spec)
     if spec.nccl.profile != NcclProfileName.AUTO:
         return _in_cluster_shape(NetworkChoice(wanted, f"spec.nccl.profile is {wanted}"), spec, autopilot)
@@ -145,14 +144,18 @@ def _lacking_daemonsets(wanted: NcclProfileName, daemonsets: frozenset[str] | No
 
 
 def daemon_mismatch(
-    name: NcclProfileName, daemon_image: str | None, installers: Mapping[str, Installer]
+    name: NcclProfileName,
+    daemon_image: str | None,
+    installers: Mapping[str, Installer],
+    autopilot: bool = False,
 ) -> str | None:
     """Why the TCPX(O) daemon the pods get does not pair with the NCCL plugin the cluster's installer
     DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the profile has no
     pairing, or the installer, its plugin version or that version's pair is unknown."""
     if (pairing := DAEMON_PAIRINGS.get(name)) is None:
         return None
-    daemon = daemon_image or str(PROFILES[name].sidecars[0]["image"])
+    default = AUTOPILOT_PROFILES.get(name, PROFILES[name]) if autopilot else PROFILES[name]
+    daemon = daemon_image or str(default.sidecars[0]["image"])
     installer = installers.get(pairing.installer)
     images = installer.images if installer is not None else ()
     plugins = [tag for image, tag in map(_name_and_tag, images) if image == pairing.plugin_image]

@@ -34,6 +34,9 @@ class NetworkProfile:
     TCPXO ~188 GB/s, A3 Ultra/A4 RDMA ~330-350 GB/s (nccl-tests figures in
     shared/reference/platform-facts.md, read 2026-11-23)."""
 
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Node labels its pods select besides the accelerator's."""
+
     device_class: str | None = None
     """The DRA DeviceClass the pods claim their GPU NICs from (all of the node's, one claim a pod) instead
     of attaching Network objects: GKE's managed DRANET."""
@@ -307,7 +310,10 @@ RDMA_PROFILES: Final = frozenset({NcclProfileName.RDMA, NcclProfileName.MANAGED_
 # installers put the plugin) into GPU containers itself, so the trainer mounts no host libraries and the
 # daemons set no LD_LIBRARY_PATH; TCPX's daemon requests its resources and shares its socket through an
 # emptyDir; TCPXO's trainer gets no LLCM directory variable; RDMA keeps gvnic-1 on eth1 and mounts the
-# host's directories read-only. No Autopilot recipe is published for A4X or managed DRANET.
+# host's directories read-only. No Autopilot recipe is published for A4X or managed DRANET. The TCPX(O)
+# recipes select nodes with GKE's latest GPU driver (cloud.google.com/gke-gpu-driver-version: latest), and
+# TCPX's runs daemon v2.0.12, the pair of the plugin v3.1.9 that nccl-tcpx-installer-autopilot.yaml installs
+# (TCPX_DAEMON_FOR_PLUGIN): the Autopilot shape's default daemon.
 AUTOPILOT_NAMESPACES: Final = frozenset({"gpudirect-system", "rdma-system"})
 
 
@@ -315,6 +321,9 @@ def _autopilot_daemon(sidecar: Mapping[str, Any], **extra: Any) -> dict[str, Any
     env = [e for e in sidecar["env"] if e["name"] != "LD_LIBRARY_PATH"]
     return {**sidecar, "env": env, **extra}
 
+
+_LATEST_DRIVER: Final = {"cloud.google.com/gke-gpu-driver-version": "latest"}
+AUTOPILOT_TCPX_DAEMON: Final = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
 
 AUTOPILOT_PROFILES: Final = {
     NcclProfileName.GPUDIRECT_TCPX: replace(
@@ -324,15 +333,18 @@ AUTOPILOT_PROFILES: Final = {
         sidecars=(
             _autopilot_daemon(
                 GPUDIRECT_TCPX.sidecars[0],
+                image=AUTOPILOT_TCPX_DAEMON,
                 resources={"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "10Gi"}},
             ),
         ),
+        node_selector=_LATEST_DRIVER,
     ),
     NcclProfileName.GPUDIRECT_TCPXO: replace(
         GPUDIRECT_TCPXO,
         env=tuple((k, v) for k, v in GPUDIRECT_TCPXO.env if k != "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"),
         trainer_mounts=tuple(m for m in GPUDIRECT_TCPXO.trainer_mounts if m != _NVIDIA_LIBS_MOUNT),
         sidecars=(_autopilot_daemon(GPUDIRECT_TCPXO.sidecars[0]),),
+        node_selector=_LATEST_DRIVER,
     ),
     NcclProfileName.RDMA: replace(
         RDMA,

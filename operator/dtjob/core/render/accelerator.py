@@ -55,9 +55,11 @@ def wire_accelerator(
 
 
 def attach_network(gang: Gang, pod_spec: dict[str, Any], container: dict[str, Any]) -> Mapping[str, str]:
-    """The network profile's volumes, trainer mounts, daemons (in the job's daemon image where it has one)
-    and, under a profile that claims them, the GPU NIC claim; returns the profile's pod annotations."""
+    """The network profile's node selector (the template's own win), volumes, trainer mounts, daemons (in
+    the job's daemon image where it has one) and, under a profile that claims them, the GPU NIC claim;
+    returns the profile's pod annotations."""
     network = profile_for(gang.network, gang.spec, gang.autopilot)
+    pod_spec["nodeSelector"] = {**network.node_selector, **(pod_spec.get("nodeSelector") or {})}
     merge_by(pod_spec, "volumes", "name", network.volumes)
     merge_by(container, "volumeMounts", "mountPath", network.trainer_mounts)
     sidecars = [{**s, "image": gang.daemon_image or s["image"]} for s in network.sidecars]

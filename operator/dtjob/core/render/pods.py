@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, RestartStrategy, Role
 from dtjob.core.frameworks import Gang, Member, wiring
+from dtjob.core.gke import selects_autopilot
 from dtjob.core.kueue import PodSetInfo
 from dtjob.core.names import (
     ATTEMPT_RESYNC_ANNOTATION,
@@ -93,7 +94,8 @@ def render_pod(
 
     if gang.avoided_nodes:
         avoid_nodes(pod_spec, gang.avoided_nodes)
-    annotate_gcsfuse(annotations, pod_spec, template_meta.get("annotations") or {}, gang.autopilot)
+    autopilot = gang.autopilot or selects_autopilot(pod_spec)
+    annotate_gcsfuse(annotations, pod_spec, template_meta.get("annotations") or {}, autopilot)
     owned = (
         spare_labels(gang.job, member.role)
         if spare

@@ -1,0 +1,49 @@
+"""Whether a job's pods run in GKE's Autopilot mode, known from the cluster's own objects: what Autopilot
+forbids (gcsfuse.py) is kept out of them, and GPUDirect takes the shape of Google's Autopilot recipes.
+
+Google names no in-cluster flag for "this is an Autopilot cluster"; it documents which ComputeClass puts
+pods in Autopilot mode (read 2026-11-29; tests/data/gke_recipes/autopilot.yaml, "detection"):
+- "If a workload selects a ComputeClass that has the autopilot field enabled, GKE runs the Pods in
+  Autopilot mode" (cloud.google.com/kubernetes-engine/docs/how-to/autopilot-classes-standard-clusters); a
+  pod selects one with the node selector cloud.google.com/compute-class (.../how-to/autopilot-compute-classes).
+- The built-in ComputeClasses `autopilot` and `autopilot-spot` are Autopilot ComputeClasses, and
+  `autopilot` "is the default for Autopilot clusters in any GKE version" (.../concepts/
+  about-built-in-compute-classes); Autopilot clusters offer the compute classes Accelerator, Balanced,
+  Performance and Scale-Out (.../concepts/autopilot-compute-classes).
+So a node labelled cloud.google.com/compute-class with one of those classes runs Autopilot-mode pods, and a
+cluster all of whose nodes are such nodes is an Autopilot cluster. A Standard cluster's own node pools
+carry no such label, so it is never taken for Autopilot; where Autopilot's nodes carried none it would be
+taken for Standard, as before this check. The candidates left aside: the WorkloadAllowlist and
+AllowlistSynchronizer CRDs (auto.gke.io) are installed in "any Autopilot or Standard cluster"
+(.../how-to/autopilot-privileged-allowlists); node labels such as cloud.google.com/gke-provisioning or
+the gk3- node-name prefix appear in no Google document; the GPUDirect installers' namespaces
+(gpudirect-system, rdma-system) say Autopilot only where GPUDirect is installed, and stay a second sign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+COMPUTE_CLASS_LABEL: Final = "cloud.google.com/compute-class"
+AUTOPILOT_COMPUTE_CLASSES: Final = frozenset(
+    {"autopilot", "autopilot-spot", "Accelerator", "Balanced", "Performance", "Scale-Out"}
+)
+
+
+def autopilot_node(node: Mapping[str, Any]) -> bool:
+    """Whether GKE made this node for an Autopilot ComputeClass (its pods run in Autopilot mode)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(COMPUTE_CLASS_LABEL) in AUTOPILOT_COMPUTE_CLASSES
+
+
+def autopilot_cluster(nodes: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the cluster is an Autopilot cluster: it has nodes, all of them Autopilot's."""
+    listed = list(nodes)
+    return bool(listed) and all(map(autopilot_node, listed))
+
+
+def selects_autopilot(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether a pod (template) selects an Autopilot ComputeClass, which runs it in Autopilot mode on any
+    cluster (Standard clusters included)."""
+    return (pod_spec.get("nodeSelector") or {}).get(COMPUTE_CLASS_LABEL) in AUTOPILOT_COMPUTE_CLASSES
