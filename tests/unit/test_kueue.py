@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.core import kueue
+from dtjob.core.names import SPARE_LABEL
 from dtjob.core.plan import Plan
+from dtjob.core.reconcile import refused_pods
 from dtjob.core.world import Needs
-from tests.support.builders import NOW, exited, pods_of, running, service_of
+from tests.support.builders import NOW, exited, pods_of, running, service_of, template
 from tests.support.kueue import JOB, QUEUED, workload
 from tests.support.plan import after, applied, condition, needs_for, plan_for
 
@@ -430,6 +432,25 @@ def test_an_admitted_gang_tells_kueue_its_pods_are_ready_once_every_member_is_an
     recovering = with_reason(admitted, "PodsReady", "False", "WaitForRecovery")
     assert queued_pass(job, starting, recovering).workload_status is None
     assert pods_ready_written(queued_pass(job, children, recovering)) == ("True", "Recovered")
+    # A gang ending: rank 0 succeeded, a worker leaving Ready on its way out is no loss to recover from.
+    ending = [
+        exited(c, 0) if c["metadata"]["name"] == "mnist-master-0" else running(c, ready=False)
+        for c in children
+    ]
+    assert pods_ready_written(queued_pass(job, ending, ready)) == ("True", "Started")  # kept as it was
+    # Every trainer exited 0, the kubelet not yet past Ready=False to the phase Succeeded: ending too.
+    leaving = [
+        {
+            **c,
+            "status": {
+                **c["status"],
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "False"}],
+            },
+        }
+        for c in (exited(c, 0) for c in children)
+    ]
+    assert pods_ready_written(queued_pass(job, leaving, ready)) in (None, ("True", "Started"))
 
 
 def test_an_evicted_gang_hands_its_quota_back_with_pods_ready_false_so_the_next_admission_is_timed_anew() -> (
@@ -453,3 +474,64 @@ def test_an_eviction_at_the_pods_ready_timeout_is_kueues_to_count_not_max_preemp
     job = after(job, queued_pass(job, children, evicted))
     assert job["status"]["phase"] == "Restarting", job["status"]
     assert "evicted by Kueue" in job["status"]["lastRestart"]["message"]
+
+
+def test_an_evicted_gang_hands_its_quota_back_only_once_its_spares_are_gone_too() -> None:
+    """Spares hold what members hold, and the Workload counts them: the quota goes back with the last."""
+    replicas = [{"role": "Worker", "count": 2, "spares": 1, "template": template()}]
+    spared = {
+        **QUEUED,
+        "spec": {
+            **QUEUED["spec"],
+            "replicas": replicas,
+            "runPolicy": {"restartStrategy": "InPlace"},
+            "torch": {"nprocPerNode": 1},
+        },
+    }
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    job = after(spared, queued_pass(spared, [], admitted))
+    members = [running(p) for p in pods_of(spared).values()]
+    plan = queued_pass(job, [service_of(spared), *members], admitted)
+    spare = next(p for p in plan.create if p["metadata"]["labels"].get(SPARE_LABEL) == "true")
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    plan = queued_pass(job, [service_of(spared), running(spare)], evicted)
+    assert [d.name for d in plan.delete] == [spare["metadata"]["name"]] and plan.workload_status is None
+    cleared = queued_pass(job, [service_of(spared)], evicted).workload_status
+    assert cleared is not None and cleared["status"]["admission"] is None
+
+
+def test_a_job_whose_pods_are_refused_after_admission_finishes_its_workload_failed_to_start() -> None:
+    """As Kueue's jobframework does for a job that cannot start: the quota is not held by a job with no pod."""
+    job, children = running_gang()
+    job = after(job, refused_pods(job, 'pods "mnist-worker-0" is forbidden: violates PodSecurity', NOW))
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    plan = queued_pass(job, children, admitted)
+    assert (
+        plan.workload_status is not None
+        and condition(plan.workload_status, "Finished")["reason"] == "FailedToStart"
+    )
+    assert "violates PodSecurity" in condition(plan.workload_status, "Finished")["message"]
+    assert len(plan.delete) == len(children) - 1  # the pods go (the Service stays)
+    finished = with_reason(admitted, "Finished", "True", "FailedToStart")
+    assert queued_pass(job, [], finished).workload_status is None  # once
+
+
+def test_a_queue_label_that_cannot_name_a_local_queue_makes_the_job_invalid_naming_it() -> None:
+    bad = {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": {kueue.QUEUE_LABEL: "Team_A"}}}
+    plan = queued_pass(bad, [], None)
+    assert plan.workload is None and plan.create == []
+    invalid = condition(after(bad, plan), "Invalid")
+    assert invalid["status"] == "True" and "kueue.x-k8s.io/queue-name" in invalid["message"], invalid
+    assert "'Team_A' cannot name a LocalQueue" in invalid["message"]
+
+
+def test_time_spent_back_in_the_queue_does_not_count_toward_the_active_deadline() -> None:
+    """As for a Job Kueue suspends: activeDeadlineSeconds counts from the start after the re-admission."""
+    job, children = running_gang()
+    assert job["status"]["startTime"]
+    evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Evicted", "True"), admission=True)
+    job = after(job, queued_pass(job, children, evicted))
+    job = after(job, queued_pass(job, children, evicted))  # the gang deleted
+    requeued = workload(("QuotaReserved", "False"), ("Admitted", "False"))
+    job = after(job, queued_pass(job, [service_of(QUEUED)], requeued))
+    assert job["status"]["phase"] == "Queued" and not job["status"].get("startTime"), job["status"]

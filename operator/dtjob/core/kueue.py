@@ -17,6 +17,7 @@ and the group's rank wiring and restarts would be split between Kueue and dtjob.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -115,6 +116,22 @@ class Queueing:
 
 def queue_of(job: Mapping[str, Any]) -> str | None:
     return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL) or None
+
+
+# A LocalQueue's name, as Kueue validates a Workload's spec.queueName: a DNS-1123 subdomain.
+_DNS_1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def queue_name_problem(job: Mapping[str, Any]) -> str | None:
+    """Why the queue the job names cannot be a LocalQueue's name (a label value may hold what a name may
+    not: capitals, underscores), or None."""
+    queue = queue_of(job)
+    if queue is None or (len(queue) <= 253 and _DNS_1123_SUBDOMAIN.fullmatch(queue)):
+        return None
+    return (
+        f"metadata.labels[{QUEUE_LABEL}]: {queue!r} cannot name a LocalQueue: a LocalQueue's name is a "
+        "DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
+    )
 
 
 def workload_name(job: JobRef) -> str:

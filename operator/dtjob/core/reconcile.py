@@ -41,7 +41,7 @@ from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
 from dtjob.core.status.codec import dump_status, read_status
 from dtjob.core.status.of_pass import status_of_pass
-from dtjob.core.workload import workload_active, workload_status, workload_to_create
+from dtjob.core.workload import failed_to_start, workload_active, workload_status, workload_to_create
 from dtjob.core.world import Needs, World
 from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwanted, requeue_after
 
@@ -74,6 +74,8 @@ def reconcile(world: World) -> Plan | Needs:
         return _invalid(old, describe(error), now, generation)
     if problems := semantic_problems(spec):
         return _invalid(old, "\n".join(problems), now, generation)
+    if (problem := kueue.queue_name_problem(job)) is not None:
+        return _invalid(old, problem, now, generation)
     queueing = _queueing(world)
     if (needs := _inputs_needed(world, spec, old, queueing)) is not None:
         return needs
@@ -85,7 +87,8 @@ def reconcile(world: World) -> Plan | Needs:
     one = Pass(world, spec, old, gang, observe(world.children, now, world.nodes), queueing)
     if _pods_refused(old, generation):
         live = [pod for pod in one.observed.of_attempt(gang.attempt) if not pod.terminating]
-        return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live])
+        failed = failed_to_start(queueing, old.condition(ConditionType.INVALID), now)
+        return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live], workload_status=failed)
     if (missing := _priority_missing(one)) is not None:
         return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     slow = progress.slow_ranks(world.ledger, gang.attempt)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtjob.api import ConditionType, DistributedTrainingJobSpec, JobStatus, timestamp
+from dtjob.api import Condition, ConditionType, DistributedTrainingJobSpec, JobStatus, timestamp
 from dtjob.core import kueue
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed
@@ -24,6 +24,8 @@ WAIT_FOR_RECOVERY = "WaitForRecovery"
 READY_MESSAGE = "All pods reached readiness and the workload is running"
 NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
 RECOVERY_MESSAGE = "At least one pod has failed, waiting for recovery"
+# jobframework's reason for a Workload whose job cannot start (reconciler.go: FailedToStartFinishedReason).
+FAILED_TO_START = "FailedToStart"
 
 
 def workload_to_create(
@@ -61,7 +63,8 @@ def workload_active(
 def workload_status(
     queueing: kueue.Queueing | None, gang: Gang, observed: Observed, new: JobStatus, now: datetime
 ) -> dict[str, Any] | None:
-    """An evicted gang's quota handed back once no pod of it is left; a finished job's Workload Finished;
+    """An evicted gang's quota handed back once no pod of it is left (its spares, counted in the Workload,
+    included); a finished job's Workload Finished;
     an admitted one's PodsReady as Kueue's job integrations keep it."""
     if queueing is None or queueing.workload is None:
         return None
@@ -71,25 +74,40 @@ def workload_status(
         patch = finished(
             queueing.workload, succeeded, f"the job {'succeeded' if succeeded else 'failed'}", timestamp(now)
         )
-    elif queueing.state == kueue.State.EVICTED and not observed.pods:
+    elif queueing.state == kueue.State.EVICTED and not observed.pods and not observed.spares:
         patch = admission_cleared(queueing.workload, timestamp(now))
     elif queueing.state == kueue.State.ADMITTED:
         patch = pods_ready(queueing.workload, gang_ready(gang, observed), timestamp(now))
-    if patch is None:
+    return None if patch is None else _guarded(queueing.workload, patch)
+
+
+def _guarded(workload: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A status patch of the Workload as it was read (its resourceVersion: a write in between fails it)."""
+    version = workload["metadata"].get("resourceVersion")
+    return {"metadata": {"name": workload["metadata"]["name"], "resourceVersion": version}, "status": patch}
+
+
+def failed_to_start(
+    queueing: kueue.Queueing | None, invalid: Condition | None, now: datetime
+) -> dict[str, Any] | None:
+    """A queued job whose pods the apiserver refuses cannot start: its Workload Finished with Kueue's
+    reason for it (jobframework's FailedToStart), so that its quota is not held by a job with no pod."""
+    if queueing is None or queueing.workload is None or queueing.state == kueue.State.FINISHED:
         return None
-    version = queueing.workload["metadata"].get("resourceVersion")
-    return {
-        "metadata": {"name": queueing.workload["metadata"]["name"], "resourceVersion": version},
-        "status": patch,
-    }
+    message = invalid.message if invalid is not None else "the job cannot start"
+    patch = finished(queueing.workload, False, message, timestamp(now), reason=FAILED_TO_START)
+    return _guarded(queueing.workload, patch)
 
 
 def gang_ready(gang: Gang, observed: Observed) -> bool:
     """Every member of the attempt Ready or Succeeded: what Kueue's waitForPodsReady waits for (a batch
-    Job's `ready + succeeded >= parallelism`). Spares are not awaited: the gang trains without them."""
-    done = {PodState.READY, PodState.SUCCEEDED}
-    ready = [p for p in observed.of_attempt(gang.attempt) if p.state in done and not p.terminating]
-    return len(ready) >= len(gang.members)
+    Job's `ready + succeeded >= parallelism`). Spares are not awaited: the gang trains without them. Once a
+    member's trainer has exited 0 the gang is ending, not lost: its members leaving Ready on their way out
+    (Ready turns False before the phase turns Succeeded) are no recovery to wait for."""
+    attempt = [p for p in observed.of_attempt(gang.attempt) if not p.terminating]
+    if any(p.state == PodState.SUCCEEDED or (p.exited and p.exit_code == 0) for p in attempt):
+        return True
+    return len([p for p in attempt if p.state == PodState.READY]) >= len(gang.members)
 
 
 def pods_ready(workload: Mapping[str, Any], ready: bool, now: str) -> dict[str, Any] | None:
@@ -144,12 +162,15 @@ def _has(conditions: Sequence[Mapping[str, Any]], type_: str) -> bool:
     return any(c.get("type") == type_ for c in conditions)
 
 
-def finished(workload: Mapping[str, Any], succeeded: bool, message: str, now: str) -> dict[str, Any]:
+def finished(
+    workload: Mapping[str, Any], succeeded: bool, message: str, now: str, reason: str | None = None
+) -> dict[str, Any]:
     """The Workload status patch that marks it Finished (Kueue then releases its quota)."""
     conditions = [
         c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") != "Finished"
     ]
-    conditions.append(condition("Finished", "True", "Succeeded" if succeeded else "Failed", message, now))
+    reason = reason or ("Succeeded" if succeeded else "Failed")
+    conditions.append(condition("Finished", "True", reason, message, now))
     return {"conditions": conditions}
 
 

@@ -66,7 +66,7 @@ def next_status(
     current = observed.of_attempt(draft.attempt)
     created_attempt = _created(draft, old, decision, gang, current, now)
     _hold_or_resume(draft, decision, holding, resumed, now)
-    _admission(draft.conditions, old, decision, queued, admitted)
+    _admission(draft, old, decision, queued, admitted)
     _finish(draft, decision, now)
     _gang_conditions(draft.conditions, old, decision, gang, observed, draft.attempt, slow)
     if decision.replaced:
@@ -175,13 +175,16 @@ def _hold_or_resume(
         draft.conditions.set(ConditionType.RUNNING, "False", holding.value, decision.message)
 
 
-def _admission(
-    conditions: Conditions, old: JobStatus, decision: Decision, queued: bool, admitted: str | None
-) -> None:
+def _admission(draft: _Draft, old: JobStatus, decision: Decision, queued: bool, admitted: str | None) -> None:
+    conditions = draft.conditions
     if old.finished or decision.action in FINISHING:
         pass  # a finished job's Workload is Finished too: the Admitted condition says how it ran
     elif queued and admitted is None:
         conditions.set(ConditionType.ADMITTED, "False", "NotAdmitted", decision.message)
+        if decision.action == Action.SUSPEND:
+            # Back in the queue with no pod: activeDeadlineSeconds counts again from the next start, as
+            # for a Job that Kueue suspends (the Job controller clears its startTime).
+            draft.start_time = None
     elif admitted is not None:
         conditions.set(ConditionType.QUEUED, "False", "Admitted", admitted)
         conditions.set(ConditionType.ADMITTED, "True", "Admitted", admitted)
