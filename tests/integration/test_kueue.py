@@ -520,3 +520,71 @@ def test_the_kueue_examples_admit_the_example_job(
         r["count"] for r in next(d for d in docs if d["kind"] == "DistributedTrainingJob")["spec"]["replicas"]
     )
     jobs.wait_pods(job, count, phase="Running", timeout=90)
+
+
+def test_a_job_that_cannot_start_gives_its_quota_back_and_a_queue_label_that_names_no_queue_is_invalid(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """Admitted, its pods refused by the apiserver (a 422): the Workload Finished as Kueue's jobframework
+    finishes one whose job cannot start (FailedToStart), and the ClusterQueue holds nothing for it."""
+    job = queued_job("refused", queue)
+    env = [{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    for replica in job["spec"]["replicas"]:
+        replica["template"]["spec"]["containers"][0]["env"] = env
+    jobs.create(job)
+    invalid = jobs.wait_condition("refused", "Invalid", timeout=90)
+    assert invalid["reason"] == "PodRefused", invalid
+    finished = wait_for(
+        lambda: next((c for c in workload_of(objects, namespace, "refused")["status"]["conditions"]
+                      if c["type"] == "Finished" and c["status"] == "True"), None),
+        "the Workload of the job that cannot start Finished", timeout=60,
+    )  # fmt: skip
+    assert finished["reason"] == "FailedToStart" and "spec.containers[0].env[" in finished["message"], (
+        finished
+    )
+    cluster_queue = workload_of(objects, namespace, "refused")["status"]["admission"]["clusterQueue"]
+    wait_for(
+        lambda: reserving(objects, cluster_queue) == 0, "the ClusterQueue holding no quota for it", timeout=60
+    )
+
+    bad = queued_job("badqueue", "Team_A")
+    jobs.create(bad)
+    invalid = jobs.wait_condition("badqueue", "Invalid", timeout=60)
+    assert "kueue.x-k8s.io/queue-name" in invalid["message"] and "'Team_A'" in invalid["message"], invalid
+    with pytest.raises(client.ApiException):
+        workload_of(objects, namespace, "badqueue")
+
+
+def workload_of(objects: client.CustomObjectsApi, namespace: str, job: str) -> dict[str, Any]:
+    found: dict[str, Any] = objects.get_namespaced_custom_object(
+        KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{job}"
+    )
+    return found
+
+
+def reserving(objects: client.CustomObjectsApi, cluster_queue: str) -> int:
+    """How many Workloads hold quota in the ClusterQueue (its status.reservingWorkloads)."""
+    found = objects.get_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
+    return int(found.get("status", {}).get("reservingWorkloads", 0))
+
+
+def test_a_job_naming_no_priority_class_is_queued_at_the_clusters_global_default(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """Kueue gives such a Workload the globalDefault PriorityClass. Its value here is 0, the priority of a
+    pod with no class: the other tests' pods, which the class defaults while it exists, keep theirs."""
+    scheduling = client.SchedulingV1Api()
+    name = f"default-{namespace}"
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=0, global_default=True)
+    )
+    try:
+        jobs.create(queued_job("plain", queue))
+        spec = wait_for(lambda: workload_of(objects, namespace, "plain")["spec"], "the Workload", timeout=60)
+    finally:
+        scheduling.delete_priority_class(name)
+    assert (spec.get("priorityClassName"), spec.get("priorityClassSource"), spec.get("priority")) == (
+        name, "scheduling.k8s.io/priorityclass", 0)  # fmt: skip
+    jobs.wait_condition("plain", "Admitted", timeout=60)

@@ -21,6 +21,11 @@ JOB = manifest(("Master", 1), ("Worker", 2), checkpoint=SHARED_CHECKPOINTS)
 NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
 
 
+# What the runtime reads for a queued job that names no priority class on a cluster without a
+# globalDefault PriorityClass: the Workload carries none (priority 0).
+NO_DEFAULT_PRIORITY = kueue.Priority(kueue.POD_PRIORITY_SOURCE, "", 0, global_default=True)
+
+
 def world_of(
     job: Mapping[str, Any],
     children: Sequence[Mapping[str, Any]],
@@ -35,7 +40,7 @@ def world_of(
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
     kueue_served: bool = True,
-    priority: kueue.Priority | None = None,
+    priority: kueue.Priority | None = NO_DEFAULT_PRIORITY,
     routes: Mapping[str, str] | None = None,
     ledger: Ledger | None = None,
     progress_url: str | None = None,

@@ -259,7 +259,21 @@ def test_without_a_workload_priority_class_the_pods_priority_class_is_the_worklo
     pods = list(pods_of(QUEUED).values())
     pods[0]["spec"]["priorityClassName"] = "batch-high"
     assert kueue.priority_class_of(QUEUED, pods) == kueue.Priority(kueue.POD_PRIORITY_SOURCE, "batch-high")
-    assert kueue.priority_class_of(QUEUED, list(pods_of(QUEUED).values())) is None
+    assert kueue.priority_class_of(QUEUED, list(pods_of(QUEUED).values())) == kueue.GLOBAL_DEFAULT_PRIORITY
+
+
+def test_a_job_naming_no_priority_class_gets_the_clusters_global_default_as_kueue_gives_it() -> None:
+    """Kueue's integrations give a Workload that names no class the globalDefault PriorityClass (its name,
+    source and value); dtjob sent 0, which ranked its gangs below everyone's and preempted them first."""
+    assert needs_for(QUEUED, [], NOW, priority=None) == Needs(priority=kueue.GLOBAL_DEFAULT_PRIORITY)
+    default = kueue.Priority(kueue.POD_PRIORITY_SOURCE, "cluster-default", 500, global_default=True)
+    workload = plan_for(QUEUED, [], NOW, priority=default).workload
+    assert workload is not None
+    spec = workload["spec"]
+    assert (spec["priorityClassName"], spec["priorityClassSource"], spec["priority"]) == (
+        "cluster-default", "scheduling.k8s.io/priorityclass", 500)  # fmt: skip
+    none = plan_for(QUEUED, [], NOW).workload  # no globalDefault class in the cluster: no priority, 0
+    assert none is not None and "priority" not in none["spec"] and "priorityClassName" not in none["spec"]
 
 
 def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> None:

@@ -72,17 +72,30 @@ class Priority:
     source: str
     class_name: str
     value: int | None = None
+    global_default: bool = False
+    """The job names no class: the cluster's globalDefault PriorityClass is the Workload's (class_name
+    empty and value 0 where the cluster has none), as Kueue's integrations take it."""
+
+    def answers(self, wanted: Priority) -> bool:
+        """Whether this read is the one `wanted` asked for."""
+        if wanted.global_default:
+            return self.global_default
+        return (self.source, self.class_name) == (wanted.source, wanted.class_name)
 
 
-def priority_class_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Priority | None:
+GLOBAL_DEFAULT_PRIORITY: Final = Priority(POD_PRIORITY_SOURCE, "", global_default=True)
+
+
+def priority_class_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Priority:
     """The priority class a queued job names, as Kueue's integrations pick it: the job's
-    `kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass), else its pods' priorityClassName."""
+    `kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass), else its pods' priorityClassName,
+    else the cluster's globalDefault PriorityClass (pkg/util/priority: GetPriorityFromPriorityClass)."""
     if name := (job["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL):
         return Priority(WORKLOAD_PRIORITY_SOURCE, name)
     for pod in pods:
         if name := pod["spec"].get("priorityClassName"):
             return Priority(POD_PRIORITY_SOURCE, name)
-    return None
+    return GLOBAL_DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True)
@@ -181,7 +194,7 @@ def render_workload(
         if (request := _topology_request(pod, RANK_LABEL if one_gang else REPLICA_INDEX_LABEL)) is not None:
             pod_sets[name]["topologyRequest"] = request
     spec: dict[str, Any] = {"queueName": queue, "podSets": list(pod_sets.values())}
-    if priority is not None and priority.value is not None:
+    if priority is not None and priority.value is not None and priority.class_name:
         spec.update(
             priorityClassName=priority.class_name,
             priorityClassSource=priority.source,

@@ -118,7 +118,7 @@ def _inputs_needed(
         members = Gang.of(JobRef.of(world.job), spec, old.attempt)  # the priority class is the template's
         wanted = kueue.priority_class_of(world.job, [render_pod(members, m) for m in members.members])
         given = world.kueue.priority
-        if wanted is not None and (given is None or given.class_name != wanted.class_name):
+        if given is None or not given.answers(wanted):
             priority = wanted
     return Needs(networks=networks, priority=priority) if networks or priority else None
 

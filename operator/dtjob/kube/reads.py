@@ -194,8 +194,15 @@ class Reader:
         return any(resource.name == kueue.WORKLOADS for resource in found.resources or [])
 
     def read_priority(self, wanted: kueue.Priority) -> kueue.Priority:
-        """The value of the priority class a queued job names (value None when there is no such class)."""
+        """The value of the priority class a queued job names (value None when there is no such class), or
+        the cluster's globalDefault PriorityClass where it names none."""
         self._gate.read()
+        if wanted.global_default:
+            classes: Any = client.SchedulingV1Api(api_client()).list_priority_class().to_dict()["items"]
+            default = next((c for c in classes if c.get("global_default")), None)
+            name, given = (default["metadata"]["name"], default["value"]) if default is not None else ("", 0)
+            return kueue.Priority(wanted.source, name, int(given), global_default=True)
+        value: Any
         try:
             if wanted.source == kueue.WORKLOAD_PRIORITY_SOURCE:
                 found: Any = custom().get_cluster_custom_object(
