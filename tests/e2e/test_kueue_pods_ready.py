@@ -23,6 +23,7 @@ from localcluster import Cluster
 from localcluster.kueue import WAIT_FOR_PODS_READY
 from tests.support.ddp_digits import EXAMPLE
 from tests.support.jobs import Jobs
+from tests.support.kueue import workload_of
 from tests.support.operator import running_operator
 from tests.support.sharing import sharing
 from tests.support.waiting import wait_for
@@ -81,13 +82,6 @@ def gang(name: str, queue: str, image: str, command: list[str]) -> dict[str, Any
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
     trainer["image"], trainer["command"], trainer["args"] = image, command, []
     return job
-
-
-def workload_of(objects: client.CustomObjectsApi, namespace: str, job: str) -> dict[str, Any]:
-    found: dict[str, Any] = objects.get_namespaced_custom_object(
-        KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{job}"
-    )
-    return found
 
 
 def conditions_of(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

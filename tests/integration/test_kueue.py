@@ -21,6 +21,7 @@ from kubernetes import client
 
 from localcluster import Cluster, Tier, sim
 from tests.support.jobs import Jobs, pytorch_job
+from tests.support.kueue import workload_of
 from tests.support.paths import REPO
 from tests.support.sharing import sharing
 from tests.support.tiers import at_tier
@@ -152,9 +153,7 @@ def test_a_quota_for_three_gangs_runs_three_of_five_and_finishing_one_admits_the
     jobs.wait_condition(running[0], "Succeeded")
     wait_for(lambda: sum(1 for n in waiting if gangs(jobs, names)[n][1] == "Running") == 1,
              "the next queued job admitted and Running", timeout=90)  # fmt: skip
-    workload = client.CustomObjectsApi(core.api_client).get_namespaced_custom_object(
-        KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{running[0]}"
-    )
+    workload = workload_of(client.CustomObjectsApi(core.api_client), namespace, running[0])
     assert any(c["type"] == "Finished" and c["status"] == "True" for c in workload["status"]["conditions"])
 
 
@@ -223,8 +222,8 @@ def operator_process(namespace: str, log_dir: Path) -> Iterator[Callable[[], Non
 
 
 def workload_condition(objects: client.CustomObjectsApi, namespace: str, job: str, type_: str) -> bool:
-    with contextlib.suppress(client.ApiException):
-        found = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{job}")
+    with contextlib.suppress(LookupError):
+        found = workload_of(objects, namespace, job)
         return any(
             c["type"] == type_ and c["status"] == "True"
             for c in found.get("status", {}).get("conditions", [])
@@ -312,8 +311,8 @@ def test_suspending_a_queued_job_frees_its_quota_and_resuming_queues_it_again(
 
 def finish_workload(objects: client.CustomObjectsApi, namespace: str, job: str) -> None:
     """Mark the job's Workload Finished as Kueue's jobframework does when a job cannot start."""
-    name = f"dtjob-{job}"
-    found = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads", name)
+    found = workload_of(objects, namespace, job)
+    name = found["metadata"]["name"]
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions = [*found.get("status", {}).get("conditions", []), {
         "type": "Finished", "status": "True", "reason": "FailedToStart", "message": "the test says so",
@@ -386,18 +385,14 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         try:
             pods = jobs.wait_pods("compact", 10, phase="Running", timeout=120)
         except AssertionError as timed_out:
-            workload = objects.get_namespaced_custom_object(
-                KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
-            )
+            workload = workload_of(objects, namespace, "compact")
             gated = {p.metadata.name: (p.spec.node_selector, p.spec.scheduling_gates, p.status.conditions)
                      for p in jobs.pods("compact")}  # fmt: skip
             raise AssertionError(
                 f"{timed_out}\nworkload status: {workload.get('status')}\npods: {gated}"
             ) from None
         # Kueue was asked: on an empty fleet its TAS packs a gang anyway, so the placement alone says little.
-        workload = objects.get_namespaced_custom_object(
-            KUEUE, "v1beta1", namespace, "workloads", "dtjob-compact"
-        )
+        workload = workload_of(objects, namespace, "compact")
         assert [
             (ps["name"], ps["count"], ps["topologyRequest"]["required"]) for ps in workload["spec"]["podSets"]
         ] == [("gang", 10, BLOCK)]
@@ -470,7 +465,7 @@ def test_the_provisioning_check_holds_the_gang_until_capacity_is_provisioned(
     operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str, dws_queue: str
 ) -> None:
     jobs.create(queued_job("dws", "dws"))
-    request = f"dtjob-dws-{dws_queue}-1"
+    request = f"{wait_for(lambda: workload_of(objects, namespace, 'dws'), 'its Workload')['metadata']['name']}-{dws_queue}-1"
     wait_for(lambda: provisioning_request(objects, namespace, request), f"ProvisioningRequest {request}")
     wait_for(lambda: f"{dws_queue}: Pending" in (jobs.condition("dws", "Queued") or {}).get("message", ""),
              "the job Queued on the pending check")  # fmt: skip
@@ -489,7 +484,8 @@ def test_a_failed_provisioning_is_retried_as_kueue_says_and_never_charged_to_the
     operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str, dws_queue: str
 ) -> None:
     jobs.create(queued_job("retry", "dws"))
-    first, second = (f"dtjob-retry-{dws_queue}-{n}" for n in (1, 2))
+    workload = wait_for(lambda: workload_of(objects, namespace, "retry"), "its Workload")["metadata"]["name"]
+    first, second = (f"{workload}-{dws_queue}-{n}" for n in (1, 2))
     wait_for(lambda: provisioning_request(objects, namespace, first), f"ProvisioningRequest {first}")
     provisioner_says(objects, namespace, first, "Failed")
     wait_for(lambda: provisioning_request(objects, namespace, second), f"the retry, {second}", timeout=60)
@@ -552,15 +548,8 @@ def test_a_job_that_cannot_start_gives_its_quota_back_and_a_queue_label_that_nam
     jobs.create(bad)
     invalid = jobs.wait_condition("badqueue", "Invalid", timeout=60)
     assert "kueue.x-k8s.io/queue-name" in invalid["message"] and "'Team_A'" in invalid["message"], invalid
-    with pytest.raises(client.ApiException):
+    with pytest.raises(LookupError):
         workload_of(objects, namespace, "badqueue")
-
-
-def workload_of(objects: client.CustomObjectsApi, namespace: str, job: str) -> dict[str, Any]:
-    found: dict[str, Any] = objects.get_namespaced_custom_object(
-        KUEUE, "v1beta1", namespace, "workloads", f"dtjob-{job}"
-    )
-    return found
 
 
 def reserving(objects: client.CustomObjectsApi, cluster_queue: str) -> int:
@@ -588,3 +577,37 @@ def test_a_job_naming_no_priority_class_is_queued_at_the_clusters_global_default
     assert (spec.get("priorityClassName"), spec.get("priorityClassSource"), spec.get("priority")) == (
         name, "scheduling.k8s.io/priorityclass", 0)  # fmt: skip
     jobs.wait_condition("plain", "Admitted", timeout=60)
+
+
+def test_a_leftover_workload_of_an_earlier_job_of_the_same_name_does_not_block_the_new_one(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """A job deleted with its Workload orphaned (or created again before the garbage collector took the old
+    one's): the new job's Workload is named after its own uid, as Kueue names its integrations' Workloads."""
+    jobs.create(queued_job("again", queue))
+    leftover = wait_for(
+        lambda: workload_of(objects, namespace, "again"), "the first job's Workload", timeout=60
+    )
+    jobs.api.delete_namespaced_custom_object(
+        "training.dtjob.io",
+        "v1alpha1",
+        namespace,
+        "distributedtrainingjobs",
+        "again",
+        propagation_policy="Orphan",
+    )
+
+    def gone() -> bool:
+        try:
+            jobs.get("again")
+        except client.ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, "the first job gone")
+    jobs.create(queued_job("again", queue))
+    jobs.wait_condition("again", "Admitted", timeout=90)
+    names = {w["metadata"]["name"] for w in objects.list_namespaced_custom_object(
+        KUEUE, "v1beta1", namespace, "workloads")["items"]}  # fmt: skip
+    assert leftover["metadata"]["name"] in names and len(names) == 2, names

@@ -1,11 +1,12 @@
 """A job in a Kueue queue in unit tests and benches: the job (JOB, QUEUED: the same in a LocalQueue) and
-its Workload as Kueue leaves it."""
+its Workload as Kueue leaves it; and a job's Workload found in a cluster."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dtjob.core import kueue
+from dtjob.core.names import JOB_NAME_LABEL
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
 from tests.support.plan import plan_for
 
@@ -45,3 +46,15 @@ def workload(*conditions: tuple[str, str], admission: bool = False, **status: An
             ],
         }
     return stored
+
+
+def workload_of(objects: Any, namespace: str, job: str) -> dict[str, Any]:
+    """The Workload of the job named `job` in a cluster (a kubernetes CustomObjectsApi), found by its label
+    as the operator names it (kueue.workload_name: a hash of the job's uid); LookupError while it has none."""
+    found = objects.list_namespaced_custom_object(
+        kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, label_selector=f"{JOB_NAME_LABEL}={job}"
+    )["items"]
+    if not found:
+        raise LookupError(f"no Workload of job {job} yet")
+    workload: dict[str, Any] = found[0]
+    return workload

@@ -210,7 +210,7 @@ class World:
         if self.workload is not None and plan.workload_active is not None:
             self.workload = {
                 **self.workload,
-                "spec": {**self.workload["spec"], "active": plan.workload_active},
+                "spec": {**self.workload["spec"], **plan.workload_active["spec"]},
             }
 
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.core import kueue
-from dtjob.core.names import SPARE_LABEL
+from dtjob.core.names import SPARE_LABEL, JobRef
 from dtjob.core.plan import Plan
 from dtjob.core.reconcile import refused_pods
 from dtjob.core.world import Needs
 from tests.support.builders import NOW, exited, pods_of, running, service_of, template
 from tests.support.kueue import JOB, QUEUED, workload
 from tests.support.plan import after, applied, condition, needs_for, plan_for
+
+WORKLOAD_NAME = kueue.workload_name(JobRef.of(QUEUED))
 
 FLAVORS = {
     "h100": {
@@ -33,7 +35,7 @@ def test_a_queued_job_gets_a_workload_with_a_pod_set_per_role_and_no_pod() -> No
     plan = queued_pass(QUEUED, [], None)
     assert plan.create == []
     assert plan.workload is not None
-    assert plan.workload["metadata"]["name"] == "dtjob-mnist"
+    assert plan.workload["metadata"]["name"] == WORKLOAD_NAME
     assert plan.workload["metadata"]["ownerReferences"][0]["uid"] == JOB["metadata"]["uid"]
     assert plan.workload["spec"]["queueName"] == "team-a-gpus"
     pod_sets = plan.workload["spec"]["podSets"]
@@ -95,7 +97,7 @@ def test_an_admitted_gang_is_created_whole_with_the_flavor_and_the_checks_update
         meta, spec = pod["metadata"], pod["spec"]
         role = meta["labels"]["training.dtjob.io/role"].lower()
         assert meta["labels"][kueue.POD_SET_LABEL] == role
-        assert meta["annotations"][kueue.WORKLOAD_ANNOTATION] == "dtjob-mnist"
+        assert meta["annotations"][kueue.WORKLOAD_ANNOTATION] == WORKLOAD_NAME
         assert spec["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
         assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
         assert {"key": "reserved", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
@@ -170,7 +172,7 @@ def test_an_eviction_deletes_the_gang_counts_a_preemption_and_waits_for_readmiss
     plan = queued_pass(job, [service_of(QUEUED)], evicted)
     assert plan.create == []
     assert plan.workload_status is not None
-    assert plan.workload_status["metadata"] == {"name": "dtjob-mnist", "resourceVersion": "7"}
+    assert plan.workload_status["metadata"] == {"name": WORKLOAD_NAME, "resourceVersion": "7"}
     status = plan.workload_status["status"]
     assert status["admission"] is None
     kinds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
@@ -281,7 +283,10 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
     admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
     plan = queued_pass(suspended, children, admitted)
-    assert plan.workload_active is False
+    assert plan.workload_active == {
+        "metadata": {"name": admitted["metadata"]["name"]},
+        "spec": {"active": False},
+    }
     assert sorted(d.name for d in plan.delete) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
     suspended = after(suspended, plan)
     assert suspended["status"]["phase"] == "Suspended"
@@ -296,7 +301,8 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     cleared = workload(("QuotaReserved", "False"), ("Evicted", "True"))
     cleared["spec"]["active"] = False
     plan = queued_pass(resumed, [service_of(QUEUED)], cleared)
-    assert plan.workload_active is True and plan.create == []
+    assert plan.workload_active is not None and plan.workload_active["spec"] == {"active": True}
+    assert plan.create == []
     assert after(resumed, plan)["status"]["phase"] == "Queued"
 
 
@@ -549,3 +555,25 @@ def test_time_spent_back_in_the_queue_does_not_count_toward_the_active_deadline(
     requeued = workload(("QuotaReserved", "False"), ("Admitted", "False"))
     job = after(job, queued_pass(job, [service_of(QUEUED)], requeued))
     assert job["status"]["phase"] == "Queued" and not job["status"].get("startTime"), job["status"]
+
+
+def test_the_workload_is_named_as_kueue_names_its_own_integrations_workloads() -> None:
+    """The kind and name, then a hash of kind, group, name and uid: a leftover Workload of an earlier job
+    of the same name never holds the new job's name. The expected name is what Kueue v0.14.0's
+    jobframework.GetWorkloadNameForOwnerWithGVK returns for these (computed with `go run`, 2026-11-28)."""
+    assert (
+        kueue.workload_name(JobRef("mnist", "team-a", "0f1e2d3c-uid")) == "distributedtrainingjob-mnist-e2242"
+    )
+    assert (
+        kueue.workload_name(JobRef("mnist", "team-a", "another-uid")) != "distributedtrainingjob-mnist-e2242"
+    )
+    assert len(kueue.workload_name(JobRef("x" * 253, "team-a", "u"))) == 253
+
+
+def test_a_workload_of_an_earlier_release_keeps_its_name_when_the_job_is_suspended() -> None:
+    job, children = running_gang()
+    earlier = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    earlier["metadata"]["name"] = "dtjob-mnist"
+    suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
+    plan = queued_pass(suspended, children, earlier)
+    assert plan.workload_active == {"metadata": {"name": "dtjob-mnist"}, "spec": {"active": False}}

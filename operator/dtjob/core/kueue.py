@@ -16,6 +16,7 @@ and the group's rank wiring and restarts would be split between Kueue and dtjob.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -23,11 +24,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from dtjob.api import GROUP as API_GROUP
+from dtjob.api import KIND
 from dtjob.core.names import RANK_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
 
 GROUP: Final = "kueue.x-k8s.io"
 VERSION: Final = "v1beta1"
 WORKLOADS: Final = "workloads"
+WORKLOAD_NAME_PREFIX: Final = 252 - 5  # an object name's 253 characters, less '-' and the hash
 RESOURCE_FLAVORS: Final = "resourceflavors"
 LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
@@ -148,7 +152,13 @@ def queue_name_problem(job: Mapping[str, Any]) -> str | None:
 
 
 def workload_name(job: JobRef) -> str:
-    return f"dtjob-{job.name}"
+    """As Kueue names its own integrations' Workloads (jobframework: GetWorkloadNameForOwnerWithGVK): the
+    kind and the job's name, then a hash of the kind, group, name and uid, so that a leftover Workload of an
+    earlier job of the same name (a job created again before the garbage collector took the old one's)
+    never takes the name of the new one's. Workloads made by earlier releases are `dtjob-<job>`: they are
+    found by owner, and keep their name."""
+    digest = hashlib.sha1(f"{KIND}\n{API_GROUP}\n{job.name}\n{job.uid}".encode()).hexdigest()
+    return f"{KIND.lower()}-{job.name}"[:WORKLOAD_NAME_PREFIX] + "-" + digest[:5]
 
 
 def pod_set_name(role: str) -> str:

@@ -49,15 +49,19 @@ def workload_to_create(
 
 def workload_active(
     queueing: kueue.Queueing | None, spec: DistributedTrainingJobSpec, old: JobStatus
-) -> bool | None:
-    """False when the job is suspended; True again on its resume only, so that a Workload Kueue itself
-    deactivated (a rejected admission check, say) stays as Kueue left it."""
+) -> dict[str, Any] | None:
+    """The patch of the Workload's spec.active: false when the job is suspended; true again on its resume
+    only, so that a Workload Kueue itself deactivated (a rejected admission check, say) stays as Kueue left
+    it. Named as found: a Workload made by an earlier release keeps the name it was given."""
     if queueing is None or queueing.workload is None:
         return None
     if spec.run_policy.suspend:
-        return False if queueing.active else None
-    resuming = old.is_true(ConditionType.SUSPENDED)
-    return True if resuming and not queueing.active else None
+        active = False if queueing.active else None
+    else:
+        active = True if old.is_true(ConditionType.SUSPENDED) and not queueing.active else None
+    if active is None:
+        return None
+    return {"metadata": {"name": queueing.workload["metadata"]["name"]}, "spec": {"active": active}}
 
 
 def workload_status(

@@ -27,7 +27,6 @@ from dtjob.core.names import (
     REPLICA_INDEX_LABEL,
     ROLE_LABEL,
     SPARE_LABEL,
-    JobRef,
 )
 from dtjob.core.plan import Delete, Event, Plan, Relabel
 from dtjob.core.status.codec import status_patch
@@ -218,13 +217,13 @@ class Writer:
             if err.status != 409:
                 raise
 
-    def activate_workload(self, namespace: str, name: str, active: bool) -> None:
+    def activate_workload(self, namespace: str, patch: Mapping[str, Any]) -> None:
         """Set a Workload's spec.active (false: Kueue evicts it and admits it no more; true: it queues again)."""
         deadline = self._gate.write()
         try:
-            active_patch = {"spec": {"active": active}}
+            name, active = patch["metadata"]["name"], {"spec": patch["spec"]}
             custom().patch_namespaced_custom_object(
-                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, active_patch, **deadline
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, active, **deadline
             )
         except client.ApiException as err:
             if err.status != 404:  # gone with its job: nothing to say to Kueue
@@ -333,7 +332,7 @@ class Writer:
         for drifted in plan.relabel:
             self.relabel(namespace, drifted)
         if plan.workload_active is not None:  # before the status: a resume is recorded once Kueue was told
-            self.activate_workload(namespace, kueue.workload_name(JobRef.of(job)), plan.workload_active)
+            self.activate_workload(namespace, plan.workload_active)
         if plan.status is not None:
             try:
                 done.job = self.patch_status(job, plan.status)
