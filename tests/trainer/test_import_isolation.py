@@ -19,6 +19,7 @@ import pytest
                 "dtjob_trainer.checkpoint_files",
                 "dtjob_trainer.reachability",
                 "dtjob_trainer.exit_codes",
+                "dtjob_trainer.nccl_env",
             ],
             ["torch", "tensorflow"],
             id="the core imports neither framework",

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from dtjob_trainer.exit_codes import PREFLIGHT_FAILED
-from dtjob_trainer.preflight import Measurement, judge, transport_from_nccl_log
+from dtjob_trainer.nccl_env import Source
+from dtjob_trainer.preflight import Measurement, judge, noting_the_fallback, transport_from_nccl_log
 
 from dtjob.core.preflight import PREFLIGHT_CONTAINER
 from tests.support.local_gang import local_job, rendered_pods, running
+from tests.trainer.test_nccl_env import a3_ultra_env, script
 
 # NCCL INFO lines as GKE's pages and public GKE lab write-ups show them (read 2026-11-23): a healthy
 # A3 High (TCPX plugin v3.1.x, "GPUDirectTCPX_v7"), A3 Mega (TCPXO "FasTrak"), A3 Ultra/A4 ("gIB", from
@@ -108,6 +110,36 @@ def test_a_two_rank_sweep_reports_its_figures_and_every_rank_exits_with_the_verd
     assert json.dumps(messages[1]["busBandwidthGbps"]) == json.dumps(rank0["busBandwidthGbps"])  # agreed
 
 
+@pytest.mark.parametrize("present", [True, False], ids=["set_nccl_env.sh present", "set_nccl_env.sh absent"])
+def test_the_preflight_starts_with_the_nodes_nccl_env_as_the_trainer_does(
+    tmp_path: Path, present: bool
+) -> None:
+    """The two local pods get the NCCL env the operator renders for A3 Ultra (gloo reads none of it): the
+    preflight applies the script (or, without it, the fallback) as init_distributed does for the trainer,
+    says which in its termination message, and says the fallback in its verdict (the operator's Event)."""
+    gib = {k: v for k, v in a3_ultra_env().items() if k.startswith(("NCCL_", "DTJ_NCCL_"))}
+    if present:
+        gib["DTJ_NCCL_ENV_SCRIPT"] = str(script(tmp_path))
+    pods = preflight_pods(tmp_path)
+    for pod in pods:
+        pod["spec"]["containers"][0]["env"] += [{"name": k, "value": v} for k, v in gib.items()]
+    with running(pods, tmp_path) as gang:
+        codes = gang.wait_all(timeout=120)
+        rank0 = gang.pod_named("worker-0")
+        message, log = rank0.termination_message(), rank0.log()
+    assert set(codes.values()) == {0}, gang.logs()
+    assert message["ncclEnv"] == ("script" if present else "fallback")
+    if present:
+        assert f"NCCL env from {gib['DTJ_NCCL_ENV_SCRIPT']}: " in log and "NCCL_IB_TC=106" in log, log
+        assert "fallback" not in message["message"]
+    else:
+        assert "using dtjob's fallback values" in log and "NCCL_IB_TC=52" in log, log
+        assert (
+            "NCCL ran with dtjob's fallback values: /usr/local/gib/scripts/set_nccl_env.sh"
+            in message["message"]
+        )
+
+
 def test_the_operators_mirror_of_the_preflight_agrees_with_the_runtime() -> None:
     """The operator does not import the trainer runtime: what it renders and reads must match it."""
     from dtjob_trainer import preflight as runtime
@@ -116,8 +148,25 @@ def test_the_operators_mirror_of_the_preflight_agrees_with_the_runtime() -> None
 
     assert (operator.PASSED, operator.FAILED) == (runtime.PASSED, runtime.FAILED)
     assert ("python", "-m", runtime.__name__) == operator.COMMAND
-    written = runtime.outcome(judge(FAST, "gloo", None, None), FAST, "gloo", "gloo", 1.0)
+    written = runtime.outcome(judge(FAST, "gloo", None, None), FAST, "gloo", "gloo", 1.0, Source.SCRIPT)
     assert set(operator.RESULT_FIELDS) <= set(written)
     assert operator.result_of(json.dumps(written)) == {
         "passed": True, "message": written["message"], **{k: written[k] for k in operator.RESULT_FIELDS}
     }  # fmt: skip
+
+
+def test_the_fallback_reaches_the_operator_in_the_verdicts_message() -> None:
+    """status.preflight.message and the PreflightPassed Event carry it (the operator keeps no other field)."""
+    from dtjob_trainer import preflight as runtime
+
+    from dtjob.core import preflight as operator
+
+    script = "/usr/local/gib/scripts/set_nccl_env.sh"
+    assert noting_the_fallback(judge(FAST, "gIB", None, "gIB"), Source.SCRIPT, script).message.endswith("gIB")
+    verdict = noting_the_fallback(judge(FAST, "gIB", None, "gIB"), Source.FALLBACK, script)
+    written = runtime.outcome(verdict, FAST, "gIB", "nccl", 1.0, Source.FALLBACK)
+    read = operator.result_of(json.dumps(written))
+    assert read is not None and read["passed"] and written["ncclEnv"] == "fallback"
+    assert read["message"].endswith(
+        f"NCCL ran with dtjob's fallback values: {script} is absent or did not run on this node"
+    )

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.core.gke import DAEMON_PAIRINGS, PROFILES, choose
+from dtjob.core.gke import DAEMON_PAIRINGS, NCCL_FALLBACK_PREFIX, PROFILES, choose
 from dtjob.core.render import SHM_VOLUME, render_children
 from tests.support.builders import container, manifest, pods_of, template
 
@@ -51,9 +51,10 @@ DEPARTURES = {
     # The device plugin already shows the pod its 8 GPUs; NCCL_DEBUG is spec.nccl.debug's.
     "env not set": {"CUDA_VISIBLE_DEVICES", "NCCL_DEBUG"},
     # Set by dtjob beyond the recipe's lists: the socket prefix above; where the installer's env script
-    # is, for trainers that source it (the recipes source it in their shell); NCCL_LIB_DIR, which the
-    # TCPXO README asks workloads to set; for RDMA, what set_nccl_env.sh is for, for trainers that do
-    # not source it (the bootstrap on the pod network; the gIB tuning is the script's, in the recipe data).
+    # is, which the trainer runtime applies at start (the recipes source it in their shell); NCCL_LIB_DIR,
+    # which the TCPXO README asks workloads to set; for RDMA, the bootstrap on the pod network, which the
+    # gpu-recipes override after the script (to "eth0,eth1": their pods attach gvnic-1 on eth1, dtjob's
+    # do not). The gIB tuning is the script's: dtjob's copy is only a fallback (below).
     "env added": {
         "GPUDirectTCPX": {"NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx"},
         "GPUDirectTCPXO": {
@@ -178,7 +179,11 @@ def test_the_trainer_env_is_the_recipes_and_its_library_path_comes_first(profile
     expected = {**listed, **{k: v for k, v in want["trainer"]["env"].items() if k != "LD_LIBRARY_PATH"}}
     expected = {k: v for k, v in expected.items() if k not in DEPARTURES["env not set"]}
     expected |= DEPARTURES["env added"][profile]
-    injected = {k: v for k, v in env.items() if k.startswith(("NCCL_", "DTJ_NCCL_"))}
+    injected = {
+        k: v
+        for k, v in env.items()
+        if k.startswith(("NCCL_", "DTJ_NCCL_")) and not k.startswith(NCCL_FALLBACK_PREFIX)
+    }
     assert {k: env.get(k) for k in expected} == expected
     assert set(injected) - {"NCCL_DEBUG"} == set(expected)
     first = want.get("trainer_library_path") or [want["trainer"]["env"]["LD_LIBRARY_PATH"]]
@@ -190,6 +195,35 @@ def test_the_tcpxo_env_has_what_the_guest_config_checker_enforces() -> None:
     required = recipe("GPUDirectTCPXO")["nccl_env_profile_rules"]["required_by_guest_config_checker"]
     env = trainer_env(rendered("GPUDirectTCPXO"))
     assert {k: env.get(k) for k in required} == required
+
+
+@pytest.mark.parametrize("profile", ["RDMA", "RDMA A4X", "ManagedRDMA A4X"])
+def test_the_gib_pod_names_the_nodes_script_and_sets_only_the_recipes_overrides(profile: str) -> None:
+    """The recipes source set_nccl_env.sh, then override the tuner config and the socket interfaces: the
+    pod names the script for the runtime and sets those plainly (they stay over the script's values)."""
+    sourcing, env = recipe("RDMA")["set_nccl_env"], trainer_env(rendered(profile))
+    assert env["DTJ_NCCL_ENV_SCRIPT"] == sourcing["script"]
+    assert env["NCCL_NET"] == sourcing["set_before_sourcing"]["NCCL_NET"]
+    assert env["NCCL_SOCKET_IFNAME"] == DEPARTURES["env added"][profile]["NCCL_SOCKET_IFNAME"]
+    overridden = set(sourcing["overrides_after_sourcing"])
+    tuned = {k for k in env if k.startswith("NCCL_")} - {"NCCL_DEBUG"} - set(sourcing["set_before_sourcing"])
+    assert tuned <= overridden  # nothing of the script's own tuning is set plainly
+    if profile == "RDMA":
+        assert tuned == overridden
+
+
+def test_the_gib_tuning_is_a_fallback_the_runtime_applies_only_without_the_script() -> None:
+    """What set_nccl_env.sh exported at gIB v1.1.0, under names NCCL does not read (on A3 Ultra and A4
+    only: none is published for A4X)."""
+    fallback = {
+        k.removeprefix(NCCL_FALLBACK_PREFIX): v
+        for k, v in trainer_env(rendered("RDMA")).items()
+        if k.startswith(NCCL_FALLBACK_PREFIX)
+    }
+    assert fallback == recipe("RDMA")["nccl_env_fallback"]
+    assert not set(fallback) & set(trainer_env(rendered("RDMA")))
+    for a4x in ("RDMA A4X", "ManagedRDMA A4X"):
+        assert not [k for k in trainer_env(rendered(a4x)) if k.startswith(NCCL_FALLBACK_PREFIX)], a4x
 
 
 def test_each_rdma_machine_gets_its_own_gib_tuner_config() -> None:
@@ -211,6 +245,7 @@ def test_an_a4x_pod_holds_its_four_gpus_tolerates_arm_nodes_and_gets_no_unpublis
     assert all(t in pod["spec"]["tolerations"] for t in want["tolerations"])
     env = trainer_env(pod)
     assert "NCCL_TUNER_CONFIG_PATH" not in env and "NCCL_IB_TC" not in env
+    assert f"{NCCL_FALLBACK_PREFIX}NCCL_IB_TC" not in env
 
 
 def test_auto_takes_rdma_on_a4x_only_with_all_four_gpus_and_its_four_networks() -> None:

@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
-from dtjob.core.gke import GIB_TUNING, MANAGED_RDMA_DEVICE_CLASS, Installer, choose, nccl_env, needs_networks
+from dtjob.core.gke import (
+    GIB_TUNING,
+    MANAGED_RDMA_DEVICE_CLASS,
+    NCCL_FALLBACK_PREFIX,
+    Installer,
+    choose,
+    nccl_env,
+    needs_networks,
+)
 from dtjob.core.preflight import PREFLIGHT_CONTAINER
 from dtjob.core.render import GPU_NIC_CLAIM, render_children, trainer_container
 from tests.support.builders import GKE_NETWORKS, NOW, manifest
@@ -116,10 +124,11 @@ def test_the_preflight_uses_the_claim_too() -> None:
     assert {"name": GPU_NIC_CLAIM} in preflight["resources"]["claims"]
 
 
-def test_managed_rdma_gets_the_gib_tuning_and_gloo_on_the_pod_network() -> None:
+def test_managed_rdma_gets_the_gib_script_its_fallback_tuning_and_gloo_on_the_pod_network() -> None:
     env = dict(nccl_env(spec(), NcclProfileName.MANAGED_RDMA))
     assert env["NCCL_NET"] == "gIB" and env["GLOO_SOCKET_IFNAME"] == "eth0"
-    assert set(GIB_TUNING) <= set(env.items())
+    assert env["DTJ_NCCL_ENV_SCRIPT"] == "/usr/local/gib/scripts/set_nccl_env.sh"
+    assert {(f"{NCCL_FALLBACK_PREFIX}{k}", v) for k, v in GIB_TUNING} <= set(env.items())
     assert env["NCCL_TUNER_CONFIG_PATH"] == "/usr/local/gib/configs/tuner_config_a4.txtpb"
 
 

@@ -6,7 +6,14 @@ from typing import Final
 
 from dtjob.api import DistributedTrainingJobSpec, Framework, NcclProfileName
 from dtjob.core.gke.machines import machine_of
-from dtjob.core.gke.profiles import GIB_TUNING, PROFILES, RDMA_PROFILES, Env, profile_for
+from dtjob.core.gke.profiles import (
+    GIB_TUNING,
+    NCCL_FALLBACK_PREFIX,
+    PROFILES,
+    RDMA_PROFILES,
+    Env,
+    profile_for,
+)
 
 # What images built on nvidia/cuda set, where GKE mounts the driver's libraries; used after the
 # profile's directories when the template sets no LD_LIBRARY_PATH (Kubernetes cannot see an image's env).
@@ -18,12 +25,13 @@ GLOO_ON_POD_NETWORK: Final = ("GLOO_SOCKET_IFNAME", "eth0")
 
 
 def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName, autopilot: bool = False) -> Env:
-    """The profile's variables (an RDMA machine's tuner config, gloo on the pod network where the pod has
-    GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env (which wins)."""
+    """The profile's variables (an RDMA machine's tuner config and gIB fallback tuning, gloo on the pod
+    network where the pod has GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env
+    (which wins)."""
     env = dict(profile_for(name, spec, autopilot).env)
     machine = machine_of(spec)
     if name in RDMA_PROFILES and machine is not None and machine.tuner_config is not None:
-        env.update(GIB_TUNING)
+        env.update((f"{NCCL_FALLBACK_PREFIX}{variable}", value) for variable, value in GIB_TUNING)
         env["NCCL_TUNER_CONFIG_PATH"] = machine.tuner_config
     if PROFILES[name].gpu_nics:
         env.update((GLOO_ON_POD_NETWORK,))

@@ -182,8 +182,9 @@ GPUDIRECT_TCPX: Final = NetworkProfile(
 # ced6fa74); the daemon is the newest upstream release's (v1.0.21, Jan 9, 2026; the fork's notes name
 # v1.0.23): it must match the plugin the admin's installer put on the node, hence overridable (chart,
 # job). The env is what the installer's nccl-env-profile.sh sets, with the README's lib directory replaced
-# by where pods see it, as it asks; a trainer that sources "$DTJ_NCCL_ENV_SCRIPT" gets the installed
-# plugin's own values instead.
+# by where pods see it, as it asks. The trainer runtime applies the script's exports beneath these (those
+# the pod does not set: a newer plugin's additions; dtjob_trainer.nccl_env), as it does gIB's; a trainer
+# that sources "$DTJ_NCCL_ENV_SCRIPT" in its shell gets the installed plugin's own values over these.
 GPUDIRECT_TCPXO: Final = NetworkProfile(
     env=(
         ("NCCL_LIB_DIR", NVIDIA_LIB_DIR),
@@ -246,14 +247,21 @@ GPUDIRECT_TCPXO: Final = NetworkProfile(
 )
 
 # A3 Ultra and A4. container-engine-accelerators gpudirect-rdma/nccl-test.yaml (commit 0920249d: rdma-0..7
-# on eth2..eth9, no gvnic-1), read 2026-11-23. The recipe's shell sources set_nccl_env.sh, which is not
-# published; the gIB tuning below is what Google's Cluster Toolkit sets "to match what is in
-# /usr/local/gib/scripts/set_nccl_env.sh" (examples/machine-learning/a3-ultragpu-8g/nemo-framework/Dockerfile
-# at 4f04afc1; the same values in its a4-highgpu-8g blueprint and GKE's verl tutorial), read 2026-11-26
-# (tests/data/gke_recipes/rdma.yaml). Set here, not sourced, so that the trainer and the NCCL preflight
-# (which copies the trainer's env) run the same NCCL whatever their shell does; the tuner config is per
-# machine (Machine.tuner_config, as the recipes override it after sourcing). Only on the machines those
-# sources are for (A3 Ultra, A4): none is published for A4X, whose recipes source the script alone.
+# on eth2..eth9, no gvnic-1), read 2026-11-23. Every Google recipe sources the env script of the gIB
+# installed on the node, /usr/local/gib/scripts/set_nccl_env.sh, and overrides only the tuner config and
+# the socket interfaces after it (gpu-recipes' A3 Ultra and A4 workload templates); Cluster Toolkit:
+# "Replace any NCCL env hard coding/caches with set_nccl_env.sh sourcing" (tests/data/gke_recipes/rdma.yaml,
+# read 2026-11-28). So the pod names the script (DTJ_NCCL_ENV_SCRIPT) and the trainer runtime applies its
+# exports at start, in the trainer and in the NCCL preflight alike (dtjob_trainer.nccl_env), whatever
+# their shell does. What the pod sets plainly wins over the script, as the recipes' overrides do: NCCL_NET
+# (Cluster Toolkit's "Force use of libnccl-gib"), NCCL_SOCKET_IFNAME, the machine's tuner config
+# (Machine.tuner_config) and spec.nccl.env. GIB_TUNING is only a fallback where the script is absent: the
+# script is not published, and these are the values Google's Cluster Toolkit sets "to match what is in
+# /usr/local/gib/scripts/set_nccl_env.sh" at gIB v1.1.0 (examples/machine-learning/a3-ultragpu-8g/
+# nemo-framework/Dockerfile at 4f04afc1; the same values in its a4-highgpu-8g blueprint and GKE's verl
+# tutorial), read 2026-11-26. They go into the pod under NCCL_FALLBACK_PREFIX, which NCCL does not read
+# and the runtime uses only without the script. Only on the machines those sources are for (A3 Ultra,
+# A4): none is published for A4X, whose recipes source the script alone.
 GIB_TUNING: Final = (
     ("NCCL_CROSS_NIC", "0"),
     ("NCCL_NET_GDR_LEVEL", "PIX"),
@@ -264,8 +272,11 @@ GIB_TUNING: Final = (
     ("NCCL_IB_TC", "52"),
     ("NCCL_IB_FIFO_TC", "84"),
 )
-# The gIB plugin's own directory comes first on the trainer's library path, so that NCCL_NET=gIB finds
-# it without the script (gpu-recipes' A3 Ultra and A4 charts, Cluster Toolkit's NeMo Dockerfile; rdma.yaml).
+# A fallback value's name in the pod (dtjob_trainer.nccl_env.FALLBACK_PREFIX): DTJ_NCCL_FALLBACK_NCCL_IB_TC.
+NCCL_FALLBACK_PREFIX: Final = "DTJ_NCCL_FALLBACK_"
+# The gIB plugin's own directory comes first on the trainer's library path, so that NCCL_NET=gIB finds it
+# (gpu-recipes' A3 Ultra and A4 charts, Cluster Toolkit's NeMo Dockerfile; rdma.yaml): the loader reads
+# LD_LIBRARY_PATH when the process starts, before the runtime applies the script.
 GIB_LIB_DIR: Final = "/usr/local/gib/lib64"
 RDMA: Final = NetworkProfile(
     env=(

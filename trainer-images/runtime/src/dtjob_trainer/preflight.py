@@ -9,7 +9,12 @@ chose (from its INFO log) against the one the network profile expects, and every
 verdict, its figures in the termination message the operator reads:
 
     {"reason": "PreflightPassed", "message": "...", "busBandwidthGbps": 41.2, "algBandwidthGbps": 20.6,
-     "sizeBytes": 67108864, "transport": "GPUDirectTCPX", "backend": "nccl", "worldSize": 2, "seconds": 3.1}
+     "sizeBytes": 67108864, "transport": "GPUDirectTCPX", "backend": "nccl", "worldSize": 2, "seconds": 3.1,
+     "ncclEnv": "script"}
+
+It starts as the trainer does (dtjob_trainer.nccl_env: the node's NCCL env script, else dtjob's fallback
+values), and says which in `ncclEnv` (absent when the pod names no script); the verdict's message says
+so when the fallback was used, so that the operator's Event does.
 
 Knobs (set by the operator; GB/s are 10^9 bytes per second, as nccl-tests prints them):
 DTJ_PREFLIGHT_SIZES (bytes, comma-separated), DTJ_PREFLIGHT_ITERATIONS, DTJ_PREFLIGHT_BUDGET_SECONDS
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from dtjob_trainer import nccl_env
 from dtjob_trainer.environment import TrainerEnvironment
 from dtjob_trainer.exit_codes import PREFLIGHT_FAILED
 
@@ -156,8 +162,21 @@ def _synchronize(device: object) -> None:
         torch.cuda.synchronize()
 
 
+def noting_the_fallback(verdict: Verdict, source: nccl_env.Source | None, script: str | None) -> Verdict:
+    """The verdict, saying so when NCCL ran with dtjob's fallback values instead of the node's `script`."""
+    if source != nccl_env.Source.FALLBACK:
+        return verdict
+    note = f"NCCL ran with dtjob's fallback values: {script} is absent or did not run on this node"
+    return Verdict(verdict.passed, f"{verdict.message}; {note}")
+
+
 def outcome(
-    verdict: Verdict, largest: Measurement, transport: str | None, backend: str, seconds: float
+    verdict: Verdict,
+    largest: Measurement,
+    transport: str | None,
+    backend: str,
+    seconds: float,
+    source: nccl_env.Source | None = None,
 ) -> dict[str, object]:
     return {
         "reason": PASSED if verdict.passed else FAILED,
@@ -169,6 +188,7 @@ def outcome(
         "backend": backend,
         "worldSize": largest.world_size,
         "seconds": round(seconds, 2),
+        **({"ncclEnv": source.value} if source is not None else {}),
     }
 
 
@@ -182,6 +202,7 @@ def main() -> int:
     environment = TrainerEnvironment.from_environ()
     settings = Settings.from_environ()
     started = time.monotonic()
+    source = nccl_env.apply()  # as the trainer will (init_distributed would, too)
     if torch.cuda.is_available() and "NCCL_DEBUG_FILE" not in os.environ:
         # NCCL says which network it chose only at INFO: into a file of our own, not the pod's log.
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=NCCL_LOG_PATTERN)
@@ -190,11 +211,12 @@ def main() -> int:
     transport = _nccl_transport() if context.backend == "nccl" else "gloo"
     largest = measurements[-1]
     verdict = judge(largest, transport, settings.min_bus_bandwidth_gbps, settings.expected_transport)
+    verdict = noting_the_fallback(verdict, source, os.environ.get(nccl_env.SCRIPT_VARIABLE))
     passed = torch.tensor([int(verdict.passed)], device=context.device)
     dist.broadcast(passed, src=0)  # rank 0's verdict is the gang's: every rank exits the same way
     if not bool(passed.item()) and verdict.passed:
         verdict = Verdict(False, f"rank 0 judged the gang below its floor; here: {verdict.message}")
-    result = outcome(verdict, largest, transport, context.backend, time.monotonic() - started)
+    result = outcome(verdict, largest, transport, context.backend, time.monotonic() - started, source)
     for measured in measurements:
         log.info("preflight: %12d bytes  algbw %8.3f GB/s  busbw %8.3f GB/s", measured.size_bytes,
                  measured.alg_bandwidth_gbps, measured.bus_bandwidth_gbps)  # fmt: skip

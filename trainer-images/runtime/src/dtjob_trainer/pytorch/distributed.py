@@ -18,6 +18,7 @@ from typing import TextIO
 import torch
 import torch.distributed as dist
 
+from dtjob_trainer import nccl_env
 from dtjob_trainer.environment import TorchRendezvous
 from dtjob_trainer.reachability import Deadline, wait_until_accepting, wait_until_resolvable
 
@@ -54,6 +55,7 @@ def init_distributed(
     Raises reachability.RendezvousTimeout when rank 0's name does not resolve or its port does not
     accept connections in time.
     """
+    nccl_env.apply()  # the node's NCCL env script, before NCCL reads its variables
     if torch.cuda.is_available():
         backend, device = "nccl", torch.device("cuda", rendezvous.local_rank)
         torch.cuda.set_device(device)

@@ -15,6 +15,7 @@ from typing import NoReturn
 import tensorflow as tf
 import tf_keras
 
+from dtjob_trainer import nccl_env
 from dtjob_trainer.environment import TFConfig
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ def collective_communication() -> tf.distribute.experimental.CommunicationOption
 
 
 def multi_worker_mirrored_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
+    nccl_env.apply()  # the node's NCCL env script, before NCCL reads its variables
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(),
         communication_options=collective_communication(),
