@@ -13,6 +13,7 @@ CONTEXT ?=
 REGISTRY ?=
 CHECKPOINT_CLAIM ?=
 CURRENT := $(if $(CONTEXT),--context $(CONTEXT)) $(if $(REGISTRY),--registry $(REGISTRY))
+STAGE := python3 -m hack.stages record
 
 .PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test check test-unit test-e2e demo demo-tools demo-images client-tools venv-core
 
@@ -28,11 +29,13 @@ $(VENV)/.installed: $(VENV)/.core pyproject.toml trainer-images/runtime/pyprojec
 	@touch $@
 
 # The operator's package alone: all the demo needs (torch and TensorFlow run in the images, not here).
+# Each records a row of the demo's stage table (hack/stages.py: a no-op outside `make demo`).
 venv-core: $(VENV)/.core
+	@$(STAGE) venv $$(date +%s.%N) cached
 $(VENV)/.core: pyproject.toml
-	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	@echo "[venv] the operator's package into $(VENV)"; started=$$(date +%s.%N); \
+	(test -x $(PY) || python3 -m venv $(VENV)) && $(PY) -m pip install -q --upgrade pip \
+		&& $(PY) -m pip install -q -e . && $(STAGE) venv $$started done
 	@touch $@
 
 build: ## Build the cluster's Go components into the cache (once per pinned version)
@@ -82,14 +85,19 @@ test: deps venv build lint test-images ## The whole test suite: lint, unit, trai
 check: lint ## The inner loop, about a minute: lint, the unit tests (the pure core's properties among them), the chart
 	$(PY) -m pytest tests/unit tests/chart -q -n 2
 
-demo: deps ## Local cluster + operator via Helm + the DDP example trained to Succeeded (CLUSTER=current: yours)
-	@# A first run builds the Go components the demo needs (not Kueue, nor kwok) while the operator's package
-	@# installs and the images build; the test suite's heavier venv is left for `make test`.
+# `make demo`'s stage table: each stage writes its row here, hack.demo prints them at its end (and this
+# Makefile, when a build step fails before it).
+demo: export DTJOB_STAGES_DIR := $(CURDIR)/.artifacts/demo-stages
+demo: ## Local cluster + operator via Helm + the DDP example trained to Succeeded (CLUSTER=current: yours)
+	@# A first run builds the Go components the demo needs (not Kueue, nor kwok) while the Debian packages
+	@# and the operator's package install and the images build; the test suite's heavier venv is left for
+	@# `make test`.
+	@rm -rf "$$DTJOB_STAGES_DIR"
 ifeq ($(CLUSTER),current)
-	@$(MAKE) --no-print-directory -j2 client-tools demo-images
+	@$(MAKE) --no-print-directory -j3 client-tools demo-images || { python3 -m hack.stages table; exit 1; }
 	$(PY) -m hack.demo --cluster current $(CURRENT) $(if $(CHECKPOINT_CLAIM),--checkpoint-claim $(CHECKPOINT_CLAIM))
 else
-	@$(MAKE) --no-print-directory -j3 demo-tools demo-images
+	@$(MAKE) --no-print-directory -j3 demo-tools demo-images || { python3 -m hack.stages table; exit 1; }
 	$(PY) -m hack.demo
 endif
 
@@ -110,5 +118,7 @@ client-tools:
 	@command -v kubectl >/dev/null || localcluster/build.sh k8s
 	@command -v helm >/dev/null || localcluster/build.sh helm
 
-demo-images: venv-core
+# The Go builds need none of the Debian packages (Go's own toolchain, no cgo): only the images and the
+# cluster do.
+demo-images: deps venv-core
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch --cluster $(CLUSTER)

@@ -1,8 +1,10 @@
 """`make demo`: the local cluster, the operator installed with Helm, one example trained to Succeeded.
 `make demo CLUSTER=current`: the same on the kubeconfig's current context (hack/current.py).
 
-Shows the job's progress (phase, ready pods, attempt, the trainer's last log line) while it runs, and
-leaves the cluster up so you can look around (`make cluster-down` when done).
+Shows the job's progress while it runs as `dtjob watch` does without a terminal (a line a happening, and
+the phase, attempt, ready pods, the trainers' last step, loss and time left whenever they change), prints
+the stage table at its end (hack/stages.py: under `make demo`), and leaves the cluster up so you can
+look around (`make cluster-down` when done).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Any
 
 import yaml
 
-from hack import images
+from dtjob.console import views
+from hack import images, stages
 from hack.current import CurrentCluster, checkpoints_on, localize
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster, Tier
+from localcluster.cluster import TIER_COMPONENTS
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
@@ -60,7 +64,48 @@ def current_cluster_job(cluster: CurrentCluster, manifest: dict[str, Any], claim
         )
 
 
+def local_cluster(manifest: dict[str, Any]) -> Cluster:
+    """This machine's cluster, up with the real node alone (kwok's fake GPU nodes are for the tests), the
+    trainer image in its containerd."""
+    cluster = Cluster()
+    with stages.stage("cluster") as this:
+        this.cached = all(cluster.procs.running(c) for c in TIER_COMPONENTS["C"] if c != "kwok")
+        cluster.up(Tier.C, fake_nodes=0)
+        cluster.build(Tier.C, with_helm=True, fake_nodes=0)
+    say("importing the trainer image (built once a content)")
+    images.ensure(cluster, images.TORCH_TRAINER)
+    fresh_checkpoint_dir(manifest)
+    return cluster
+
+
+def train(cluster: Cluster | CurrentCluster, manifest: dict[str, Any], namespace: str) -> str:
+    """The example applied afresh and watched to its end, or TIMEOUT_SECONDS; returns its phase."""
+    name = manifest["metadata"]["name"]
+    cluster.kubectl("delete", "dtj", name, "-n", namespace, "--ignore-not-found", "--wait")
+    say(f"applying {EXAMPLE.relative_to(REPO)}")
+    print(cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest)), end="")
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    job: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        latest = json.loads(cluster.kubectl("get", "dtj", name, "-n", namespace, "-o", "json"))
+        for line in views.log_lines(job, latest):
+            say(line)
+        job = latest
+        if views.phase(job) in views.TERMINAL_PHASES:
+            break
+        time.sleep(2)
+    print(cluster.kubectl("get", "dtj", "-n", namespace), end="")
+    return views.phase(job) if job is not None else "Pending"
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return demo(argv)
+    finally:
+        stages.print_table()
+
+
+def demo(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.demo", description=__doc__)
     parser.add_argument(
         "--cluster",
@@ -82,41 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     name = manifest["metadata"]["name"]
     cluster: Cluster | CurrentCluster
     if args.cluster == "local":
-        cluster = Cluster()
-        # The real node alone: the demo's pods run there, and kwok's fake GPU nodes are for the tests.
-        cluster.up(Tier.C, fake_nodes=0)
-        cluster.build(Tier.C, with_helm=True, fake_nodes=0)
-        say("building the operator and trainer images (cached after the first run)")
-        images.ensure(cluster, images.TORCH_TRAINER)
-        fresh_checkpoint_dir(manifest)
+        cluster = local_cluster(manifest)
     else:
         cluster = CurrentCluster.from_kubeconfig(args.context, args.registry)
         say(f"context {cluster.context} of {cluster.kubeconfig}")
         current_cluster_job(cluster, manifest, args.checkpoint_claim)
-    install_operator(cluster, args.operator_namespace)
+    with stages.stage("install"):
+        install_operator(cluster, args.operator_namespace)
 
     namespace = args.namespace
-    cluster.kubectl("delete", "dtj", name, "-n", namespace, "--ignore-not-found", "--wait")
-    say(f"applying {EXAMPLE.relative_to(REPO)}")
-    print(cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest)), end="")
-
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    shown = ""
-    phase = ""
-    while time.monotonic() < deadline:
-        job = json.loads(cluster.kubectl("get", "dtj", name, "-n", namespace, "-o", "json"))
-        status = job.get("status", {})
-        phase = status.get("phase", "Pending")
-        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", "--tail=1", check=False).strip()
-        line = f"phase={phase} ready={status.get('replicasReady', '-')} attempt={status.get('attempt', 1)} | {log}"
-        if line != shown:
-            say(line)
-            shown = line
-        if phase in ("Succeeded", "Failed"):
-            break
-        time.sleep(2)
-    print(cluster.kubectl("get", "dtj", "-n", namespace), end="")
-    say(f"{name}: {phase} in {time.monotonic() - started:.0f}s (whole demo)")
+    with stages.stage("training") as this:
+        phase = train(cluster, manifest, namespace)
+        this.failed = phase != "Succeeded"
+    say(f"{name}: {phase} in {time.monotonic() - started:.0f}s (this script; the stage table has the rest)")
     if isinstance(cluster, CurrentCluster):
         say(f"kubectl --context {cluster.context} get dtj,pods -n {namespace}; remove the operator with "
             f"`helm uninstall dtjob -n {args.operator_namespace} --kube-context {cluster.context}`")  # fmt: skip

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hack import stages
 from hack.current import CurrentCluster
 from localcluster import Cluster
 from localcluster.images import Buildah
@@ -104,10 +105,16 @@ def ensure(cluster: Cluster, image: Image) -> str:
 
 
 def _ensure(cluster: Cluster, image: Image) -> str:
+    with stages.stage(f"import-{image.name}") as this:
+        return _import(cluster, image, this)
+
+
+def _import(cluster: Cluster, image: Image, this: stages.Stage) -> str:
     stamp, digest = _stamp(cluster.layout, image), image.digest()
     held = cluster.node.has_image(image.ref)
     if held and stamp.exists() and stamp.read_text() == digest:
         print(f"[images] {image.ref} up to date ({digest})", flush=True)
+        this.cached = True
         return image.ref
     if held:
         # Older content under the tag: gone before the new one comes, so the disk never holds both (GBs
@@ -160,11 +167,14 @@ def prebuild(layout: Layout, image: Image, cluster: str = "local") -> None:
     """Build `image` into an archive before the cluster runs (the first `make demo` builds its images
     while the Go components build); `ensure` imports it, or `deliver` takes it to a current cluster.
     For the local cluster, nothing to do when this content was imported."""
-    stamp = _stamp(layout, image)
-    if cluster == "local" and stamp.exists() and stamp.read_text() == image.digest():
-        print(f"[images] {image.ref} imported already", flush=True)
-        return
-    archive(layout, image)
+    with stages.stage(f"image-{image.name}") as this:
+        stamp, digest = _stamp(layout, image), image.digest()
+        if cluster == "local" and stamp.exists() and stamp.read_text() == digest:
+            print(f"[images] {image.ref} imported already", flush=True)
+            this.cached = True
+            return
+        this.cached = _prebuilt(layout, image, digest).exists()  # built by an earlier run, not imported
+        archive(layout, image)
 
 
 def deliver(cluster: Cluster | CurrentCluster, image: Image) -> str:

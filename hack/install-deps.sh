@@ -4,6 +4,9 @@
 # the registry its test pushes to; dbus-daemon, the bus of the second real node's logind stand-in); installs
 # only what is missing.
 set -euo pipefail
+started=$(date +%s.%N)
+# A row of `make demo`'s stage table (hack/stages.py), when it records them.
+stage() { [ -z "${DTJOB_STAGES_DIR:-}" ] || (cd "$(dirname "$0")/.." && python3 -m hack.stages record packages "$started" "$1"); }
 packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah skopeo docker-registry gcc libc6-dev iproute2 openssl tmux dbus-daemon)
 missing=()
 for p in "${packages[@]}"; do
@@ -11,6 +14,7 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[deps] Debian packages present"
+  stage cached
   exit 0
 fi
 echo "[deps] installing: ${missing[*]}"
@@ -19,3 +23,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "[deps] installed in $((SECONDS - start))s"
+stage done

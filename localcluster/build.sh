@@ -27,12 +27,16 @@ key() {
 }
 outdir() { echo "$cache/bin/$1-$(key "$1")"; }
 
+# stage NAME STARTED STATE: a row of `make demo`'s stage table (hack/stages.py), when it records them.
+stage() { [ -z "${DTJOB_STAGES_DIR:-}" ] || (cd "$here/.." && python3 -m hack.stages record "$@"); }
+
 # build TOOL LDFLAGS PACKAGE...: go build into the tool's cache dir unless its stamp exists.
 build() {
   local tool=$1 ldflags=$2; shift 2
-  local out; out=$(outdir "$tool")
+  local out started; out=$(outdir "$tool"); started=$(date +%s.%N)
   if [ -f "$out/.complete" ]; then
     echo "[build] $tool: cached in $out"
+    stage "go-$tool" "$started" cached
     return
   fi
   echo "[build] $tool: building ${*##*/} into $out (cold builds take minutes; log: $out.log)"
@@ -46,11 +50,13 @@ build() {
     kill "$ticker" 2>/dev/null
     echo "[build] $tool FAILED after $((SECONDS - start))s:"
     tail -n 30 "$out.log"
+    stage "go-$tool" "$started" failed
     exit 1
   fi
   kill "$ticker" 2>/dev/null
   touch "$out/.complete"
   echo "[build] $tool: done in $((SECONDS - start))s"
+  stage "go-$tool" "$started" done
 }
 
 # patched TOOL OUT: OUT/build.mod, the tool's go.mod, with each module that has sed scripts under

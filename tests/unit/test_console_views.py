@@ -217,6 +217,43 @@ def test_a_watch_has_a_line_for_each_happening_and_none_for_a_mere_step() -> Non
     assert views.happenings(restarted, failed) == ["Restarting -> Failed: backoffLimit 1 reached"]
 
 
+def test_the_progress_line_says_the_step_the_loss_and_the_time_left_as_of_the_last_report() -> None:
+    report = {"attempt": 2, "step": 250, "totalSteps": 1000, "percent": 25.0, "loss": 0.412345,
+              "eta": "2026-11-25T12:03:12Z", "updatedAt": "2026-11-25T12:02:00Z"}  # fmt: skip
+    running = job(phase="Running", attempt=2, replicasReady="2/2", progress=report)
+    assert views.progress_line(running) == (
+        "Running, attempt 2, ready 2/2, step 250/1000 (25%), loss 0.4123, 72s left, restarts 0"
+    )
+    # No time left before this attempt's first report with an ETA, nor once the job ended.
+    without_eta = job(phase="Running", attempt=2, progress={**report, "eta": None})
+    assert (
+        views.progress_line(without_eta)
+        == "Running, attempt 2, ready -, step 250/1000 (25%), loss 0.4123, restarts 0"
+    )
+    assert views.time_left(job(phase="Restarting", attempt=3, progress=report)) is None
+    assert views.time_left(job(phase="Succeeded", attempt=2, progress=report)) is None
+    assert (
+        views.time_left(job(phase="Running", attempt=2, progress={**report, "eta": "2026-11-25T12:20:00Z"}))
+        == "18m"
+    )
+
+
+def test_a_watch_log_prints_the_happenings_and_the_progress_line_only_when_it_changed() -> None:
+    pending = job(phase="Pending", attempt=1)
+    running = job(phase="Running", attempt=1, replicasReady="2/2")
+    stepped = job(
+        phase="Running", attempt=1, replicasReady="2/2", progress={"attempt": 1, "step": 9, "updatedAt": "x"}
+    )
+    assert views.log_lines(None, pending) == [
+        "Pending, attempt 1", "Pending, attempt 1, ready -, step -, loss -, restarts 0"
+    ]  # fmt: skip
+    assert views.log_lines(pending, running) == [
+        "Pending -> Running", "Running, attempt 1, ready 2/2, step -, loss -, restarts 0"
+    ]  # fmt: skip
+    assert views.log_lines(running, running) == []
+    assert views.log_lines(running, stepped) == ["Running, attempt 1, ready 2/2, step 9, loss -, restarts 0"]
+
+
 def test_the_watch_frame_shows_the_state_a_bar_for_the_steps_and_the_latest_happenings() -> None:
     running = job(phase="Running", attempt=2, replicasReady="4/4", restarts={"preemptions": 1, "total": 1},
                   progress={"attempt": 2, "step": 250, "totalSteps": 1000, "percent": 25.0, "loss": 1.5,

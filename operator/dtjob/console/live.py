@@ -29,7 +29,6 @@ def watch(reader: Reader, name: str, console: Console, errors: Console) -> int:
     background(reader.watch_job(name), events, "job")
     seen: list[tuple[str, str]] = []
     job: Obj | None = None
-    last_line = ""
     live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal else None
     if live is not None:
         live.start()
@@ -46,15 +45,11 @@ def watch(reader: Reader, name: str, console: Console, errors: Console) -> int:
                 errors.print(f"{name} was deleted", highlight=False)
                 return 1
             if kind == "job":
-                happened = views.happenings(job, item)
-                seen += [(_clock(now), line) for line in happened]
-                job = item
+                seen += [(_clock(now), line) for line in views.happenings(job, item)]
                 if live is None:
-                    for line in happened:
+                    for line in views.log_lines(job, item):
                         console.print(f"{_clock(now)} {line}", highlight=False, soft_wrap=True)
-                    if (line := views.progress_line(job)) != last_line:
-                        console.print(f"{_clock(now)} {line}", highlight=False, soft_wrap=True)
-                        last_line = line
+                job = item
             if job is None:
                 continue
             if live is not None:

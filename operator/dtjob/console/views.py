@@ -475,12 +475,31 @@ def happenings(before: Obj | None, after: Obj) -> list[str]:
     return lines
 
 
+def time_left(job: Obj) -> str | None:
+    """Training time left as of the trainers' last report (its ETA less the report's time: a line that
+    says it changes only with the report); None without one from this attempt, or once the job ended."""
+    report = _status(job).get("progress") or {}
+    if progress(job) == "-" or not report.get("eta") or phase(job) in TERMINAL_PHASES:
+        return None
+    return duration((parse_timestamp(report["eta"]) - parse_timestamp(report["updatedAt"])).total_seconds())
+
+
 def progress_line(job: Obj) -> str:
     """One line of a job's state, for a log of the watch where no live view can be drawn."""
+    left, step = time_left(job), progress(job).removeprefix("step ")  # not "step step 9" without a total
     return (
         f"{phase(job)}, attempt {_status(job).get('attempt', 1)}, ready {_status(job).get('replicasReady') or '-'}"
-        f", step {progress(job)}, loss {loss(job)}, restarts {restarts(job)}"
+        f", step {step}, loss {loss(job)}{f', {left} left' if left else ''}, restarts {restarts(job)}"
     )
+
+
+def log_lines(before: Obj | None, after: Obj) -> list[str]:
+    """What a watch without a live view prints for a new version of a job: a line a happening, then
+    the progress line when it changed."""
+    lines = happenings(before, after)
+    if before is None or progress_line(before) != progress_line(after):
+        lines.append(progress_line(after))
+    return lines
 
 
 def watch_frame(job: Obj, seen: Sequence[tuple[str, str]], now: datetime) -> Panel:

@@ -82,9 +82,10 @@ def parallelize(model: nn.Sequential, parallelism: Parallelism, context: Distrib
     if parallelism == "ddp":
         device_ids = [context.device.index] if context.device.type == "cuda" else None
         # Bitwise resume beyond two ranks (docs/trainer-runtime.md#checkpoints-pytorch): DDP rebuilds its
-        # gradient buckets after its first step, so a resumed run's first step would all-reduce in another
-        # layout, and more than two ranks' sums round differently in it; this flag keeps the first layout.
-        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        # gradient buckets after a fresh instance's first step (a resumed run's too), and more than two
+        # ranks' sums round by where a value sits in its bucket. A bucket a parameter (cap 0) holds it at
+        # the same place in either layout.
+        return DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb_list=[0])
     if parallelism == "tp":
         # Megatron's pairing: the first layer's output features split across the ranks (columns), the
         # second's input features (rows), so the hidden activations stay local and one all-reduce a layer
