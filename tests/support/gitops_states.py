@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +45,7 @@ FLAVORS: Final = {"h100": {"metadata": {"name": "h100"},
 ROUTES: Final = {"team-a-gpus": "gpus"}
 
 
-def _at(seconds: int) -> Any:
+def _at(seconds: int) -> datetime:
     return NOW + timedelta(seconds=seconds)
 
 
