@@ -248,7 +248,7 @@ USED: dict[tuple[str, str, str], str] = {
         "kueue.x-k8s.io",
         "workloads",
         "patch",
-    ): "kueue.WORKLOADS, name, active_patch",  # active while not suspended
+    ): "kueue.WORKLOADS, name, active, **deadline",  # active while not suspended
     (
         "kueue.x-k8s.io",
         "workloads/status",
@@ -262,6 +262,7 @@ USED: dict[tuple[str, str, str], str] = {
     ("kueue.x-k8s.io", "resourceflavors", "watch"): "_kueue_lister(kueue.RESOURCE_FLAVORS",
     ("kueue.x-k8s.io", "workloadpriorityclasses", "get"): ".get_cluster_custom_object(",
     ("scheduling.k8s.io", "priorityclasses", "get"): ".read_priority_class(",
+    ("scheduling.k8s.io", "priorityclasses", "list"): ".list_priority_class(",  # the globalDefault one
     ("authentication.k8s.io", "tokenreviews", "create"): ".create_token_review(",  # the progress intake
     ("coordination.k8s.io", "leases", "create"): ".create_namespaced_lease(",
     ("coordination.k8s.io", "leases", "get"): ".read_namespaced_lease(",

@@ -606,6 +606,14 @@ def test_a_leftover_workload_of_an_earlier_job_of_the_same_name_does_not_block_t
         return False
 
     wait_for(gone, "the first job gone")
+    # Its pods as the garbage collector would have taken them (their names are the new job's): only
+    # the Workload is left over.
+    jobs.core.delete_collection_namespaced_pod(
+        namespace,
+        label_selector=f"training.dtjob.io/job-uid={leftover['metadata']['labels']['training.dtjob.io/job-uid']}",
+        grace_period_seconds=0,
+    )
+    wait_for(lambda: not jobs.core.list_namespaced_pod(namespace).items, "the first job's pods gone")
     jobs.create(queued_job("again", queue))
     jobs.wait_condition("again", "Admitted", timeout=90)
     names = {w["metadata"]["name"] for w in objects.list_namespaced_custom_object(
