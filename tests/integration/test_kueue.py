@@ -339,6 +339,10 @@ def test_a_workload_finished_behind_the_jobs_back_fails_it_queued_or_running_and
 
 
 BLOCK = "cloud.google.com/gce-topology-block"
+# GKE's gke-default Topology, as docs/kueue.md shows it (Google's TAS page, read 2026-11-28): the fake nodes carry
+# all four labels (localcluster/fakenodes.py).
+GKE_DEFAULT_LEVELS = [BLOCK, "cloud.google.com/gce-topology-subblock", "cloud.google.com/gce-topology-host",
+                      "kubernetes.io/hostname"]  # fmt: skip
 
 
 def cluster_queue_active(objects: client.CustomObjectsApi, name: str) -> bool:
@@ -356,8 +360,7 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
     suffix = uuid.uuid4().hex[:8]
     topology, flavor = f"blocks-{suffix}", f"h100-blocks-{suffix}"
     apply("topologies", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "Topology", "metadata": {"name": topology},
-                         "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": "cloud.google.com/gce-topology-subblock"},
-                                             {"nodeLabel": "kubernetes.io/hostname"}]}})  # fmt: skip
+                         "spec": {"levels": [{"nodeLabel": label} for label in GKE_DEFAULT_LEVELS]}})  # fmt: skip
     apply("resourceflavors", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor},
                               "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
                                        "topologyName": topology}})  # fmt: skip

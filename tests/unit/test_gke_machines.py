@@ -11,7 +11,7 @@ import yaml
 
 from dtjob.api import DistributedTrainingJobSpec
 from dtjob.core.gke import MACHINES, choose
-from tests.support.builders import manifest
+from tests.support.builders import GKE_NETWORKS, manifest, template
 
 FAMILIES: dict[str, Any] = yaml.safe_load(
     (Path(__file__).parents[1] / "data" / "gke_recipes" / "machines.yaml").read_text()
@@ -53,3 +53,25 @@ def test_each_family_gets_its_gpu_network_on_its_whole_machine_and_tcp_elsewhere
 def test_every_machine_dtjob_knows_is_in_googles_table() -> None:
     listed = {m["accelerator"] for family in FAMILIES for m in machine_types(family)}
     assert set(MACHINES) <= listed
+
+
+@pytest.mark.parametrize(
+    ("family", "machine_type"), [("A3 Edge", "a3-edgegpu-8g"), ("A4", "a4-highgpu-8g-lowmem")]
+)
+def test_a_variant_that_shares_its_label_gets_that_labels_profile_whatever_machine_type_the_pods_select(
+    family: str, machine_type: str
+) -> None:
+    """dtjob reads the accelerator label alone: a job pinned to A3 Edge or A4 lowmem by the machine-type label
+    gets A3 High's or A4's profile (docs/gke.md)."""
+    listed = FAMILIES[family]["machine_types"][machine_type]
+    pinned = template(nodeSelector={"node.kubernetes.io/instance-type": machine_type})
+    spec = DistributedTrainingJobSpec.model_validate(
+        manifest(
+            {"role": "Worker", "count": 2, "template": pinned},
+            accelerator={"type": listed["accelerator"], "count": listed["gpus"]},
+        )["spec"]
+    )
+    chosen = choose(spec, GKE_NETWORKS)
+    assert (chosen.profile, chosen.degraded) == (PROFILE_OF_NETWORK[FAMILIES[family]["network"]], False), (
+        chosen
+    )

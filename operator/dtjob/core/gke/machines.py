@@ -35,6 +35,12 @@ class Machine:
 # A4X: ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x ("Last updated 2026-04-06"): 4 GPUs,
 # Arm Grace CPUs, rdma-0..3; container-engine-accelerators gpudirect-rdma/nccl-test-imex-a4x.yaml at
 # 155bfa49 (rdma-0..3 on eth2..eth5); read 2026-11-26 (tests/data/gke_recipes/rdma-a4x.yaml).
+# Keyed by the node label cloud.google.com/gke-accelerator, which is all dtjob sees of a machine, so machine types
+# that share a label share a row (read 2026-11-28, sources in tests/data/gke_recipes/machines.yaml):
+# A3 Edge (a3-edgegpu-8g) is labelled nvidia-h100-80gb like A3 High and runs GPUDirect-TCPX as it does
+# (docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-gke-custom-a3-edge); A4's a4-highgpu-8g-lowmem carries
+# nvidia-b200 (the issue's; no page found). G4 (nvidia-rtx-pro-6000, 1/2/4/8 GPUs of 96 GB) is not here: no
+# Google page found gives it a GPUDirect stack, so, like A2 and G2, Auto gives it TCP.
 MACHINES: Final = {
     m.name: m
     for m in (
