@@ -18,7 +18,7 @@ etcd_version=v3.6.16
 kwok_version=v0.7.0
 coredns_version=v1.12.4
 helm_version=v3.19.5
-kueue_version=v0.17.0  # the module proxy serves it (2026-11-28); v0.13.x and v0.14.1 answered 403 (2026-11-23)
+kueue_version=v0.14.0  # v0.13.x and v0.14.1 answer 403 at the module proxy (2026-11-23)
 
 key() {
   # shellcheck disable=SC2046  # the overlay scripts' paths have no spaces
@@ -94,25 +94,20 @@ build_k8s() {
 }
 
 # Kueue's CRDs and webhook registrations, from the same module, next to its binary (localcluster.kueue
-# applies them; the webhooks' service references become URLs there). With the CRDs, the patches Kueue's
-# kustomization puts on them to have the apiserver call Kueue's /convert (v1beta1 is served beside the
-# stored v1beta2 since v0.15): conversion.yaml, the patches of the CRDs that kustomization.yaml names.
+# applies them; the webhooks' service references become URLs there).
 # With them, the ProvisioningRequest CRD of the cluster-autoscaler API module Kueue is built against (the
 # Dynamic Workload Scheduler's API: Kueue's provisioning admission check needs it at its start).
 kueue_manifests() {
-  local out dir patch; out=$(outdir kueue)
-  [ -f "$out/config/.complete-3" ] && return
+  local out dir; out=$(outdir kueue)
+  [ -f "$out/config/.complete-2" ] && return
   moddir() { (cd "$here/gomod/kueue" && go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'); }
   dir=$(moddir sigs.k8s.io/kueue)
   rm -rf "$out/config" && mkdir -p "$out/config/crd"
   cp "$dir"/config/components/crd/bases/*.yaml "$out/config/crd/"
-  for patch in $(sed -n 's|^- path: \(patches/webhook_in_.*\.yaml\)$|\1|p' "$dir/config/components/crd/kustomization.yaml"); do
-    cat "$dir/config/components/crd/$patch"; printf "\n---\n"  # a patch may end without a newline
-  done >"$out/config/conversion.yaml"
   cp "$dir/config/components/webhook/manifests.yaml" "$out/config/webhooks.yaml"
   cp "$(moddir k8s.io/autoscaler/cluster-autoscaler/apis)/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" \
     "$out/config/provisioningrequests.yaml"
-  chmod -R u+w "$out/config" && touch "$out/config/.complete-3"
+  chmod -R u+w "$out/config" && touch "$out/config/.complete-2"
 }
 
 build_tool() {
@@ -127,7 +122,7 @@ build_tool() {
 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34" \
       helm.sh/helm/v3/cmd/helm ;;
     kueue) build kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version \
--X sigs.k8s.io/kueue/pkg/version.GitCommit=4d5f7ffc7bdc5f88c723678cdacb89c05158dd36" sigs.k8s.io/kueue/cmd/kueue
+-X sigs.k8s.io/kueue/pkg/version.GitCommit=431c2e538b87319c838e3a993dfeec2b077f8fa2" sigs.k8s.io/kueue/cmd/kueue
       kueue_manifests ;;
     *) echo "unknown tool: $1" >&2; exit 2 ;;
   esac

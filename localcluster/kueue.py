@@ -3,9 +3,7 @@
 It runs as a host process like the control plane. Its webhooks are served on 127.0.0.1 with a certificate
 from the cluster's CA and registered by URL (the apiserver runs on this host too); only the webhooks of
 Kueue's own kinds are registered, since no built-in job integration is enabled: DistributedTrainingJob is
-an external framework whose Workloads dtjob creates itself. Its CRDs store v1beta2 and serve v1beta1 too:
-the apiserver converts through Kueue's /convert, by URL as well (so while Kueue is down a v1beta1 read of
-a Workload, a ClusterQueue, a LocalQueue or a Cohort fails, as in any cluster with Kueue v0.15 or later).
+an external framework whose Workloads dtjob creates itself.
 """
 
 from __future__ import annotations
@@ -46,10 +44,8 @@ FRAMEWORKS = ("batch/job",)
 # Workload whose pods are not all ready within the timeout is evicted and requeued with a backoff, then
 # deactivated; until then it blocks every other admission. The timeout is Kueue's 5 min cut to the tests'
 # pace; the backoff's base to 1 s (Kueue's default is 60 s) so that a requeue shows within a test.
-# Kueue v0.17 (config v1beta2) turns it on by its presence, and its recoveryTimeout (how long a gang
-# that was ready may wait for a lost pod's replacement, PodsReady False with WaitForRecovery) defaults to
-# the timeout: v0.14 had none unless set.
 WAIT_FOR_PODS_READY: dict[str, Any] = {
+    "enable": True,
     "timeout": "30s",
     "blockAdmission": True,
     "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 1, "backoffBaseSeconds": 1},
@@ -59,38 +55,15 @@ Kubectl = Callable[..., str]
 
 
 def config_dir(layout: Layout) -> Path:
-    """Kueue's CRDs, their conversion patches and its webhook registrations, copied from its module next
-    to the binary by build.sh."""
+    """Kueue's CRDs and webhook registrations, copied from its module next to the binary by build.sh."""
     return layout.bin_dirs["kueue"] / "config"
-
-
-def crds_with_conversion(crds: list[dict[str, Any]], patches: str, ca_bundle: str) -> list[dict[str, Any]]:
-    """Kueue's CRDs with the conversion its kustomization patches in (CRDs whose served versions differ
-    in shape), the webhook service they name replaced by Kueue's /convert on this host."""
-    conversions = {}
-    for patch in yaml.safe_load_all(patches):
-        if not patch:
-            continue
-        conversion = patch["spec"]["conversion"]
-        path = conversion["webhook"]["clientConfig"]["service"]["path"]
-        conversion["webhook"]["clientConfig"] = {
-            "url": f"https://127.0.0.1:{WEBHOOK_PORT}{path}",
-            "caBundle": ca_bundle,
-        }
-        conversions[patch["metadata"]["name"]] = conversion
-    return [
-        {**crd, "spec": {**crd["spec"], "conversion": conversions[name]}}
-        if (name := crd["metadata"]["name"]) in conversions
-        else crd
-        for crd in crds
-    ]
 
 
 def configuration(cert_dir: Path) -> dict[str, Any]:
     """Kueue's Configuration for the local cluster: one replica, no certificate rotation of its own,
     waitForPodsReady on."""
     return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{HEALTH_PORT}"},
@@ -129,20 +102,12 @@ def _kueue_kinds_only(hook: dict[str, Any]) -> bool:
 
 def start(layout: Layout, procs: Processes, kubectl: Kubectl) -> None:
     config = config_dir(layout)
-    ca_bundle = base64.b64encode((layout.pki / "ca.crt").read_bytes()).decode()
-    paths = sorted((config / "crd").glob("*.yaml"))
-    crds = crds_with_conversion(
-        [yaml.safe_load(path.read_text()) for path in paths],
-        (config / "conversion.yaml").read_text(),
-        ca_bundle,
-    )
     # ProvisioningRequest (the Dynamic Workload Scheduler's API) first: Kueue sets its provisioning
     # admission check up only if the CRD is there when it starts.
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-            "-f", str(config / "provisioningrequests.yaml"),
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))  # fmt: skip
-    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, f"crd/{PROVISIONING_REQUESTS}")
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(config / "crd"),
+            "-f", str(config / "provisioningrequests.yaml"))  # fmt: skip
+    crds = [f"crd/{path.stem.split('_', 1)[1]}.{GROUP}" for path in sorted((config / "crd").glob("*.yaml"))]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, f"crd/{PROVISIONING_REQUESTS}")
     kubectl(
         "apply",
         "-f",
@@ -164,6 +129,7 @@ def start(layout: Layout, procs: Processes, kubectl: Kubectl) -> None:
         env={"KUBECONFIG": str(layout.kubeconfig())},
     )
     procs.wait_until("kueue", _ready, "kueue /readyz (its webhook server listening)", timeout=120)
+    ca_bundle = base64.b64encode((layout.pki / "ca.crt").read_bytes()).decode()
     registrations = webhook_registrations((config / "webhooks.yaml").read_text(), ca_bundle)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": registrations}))  # fmt: skip
