@@ -203,7 +203,9 @@ def render_workload(
         }
         if (request := _topology_request(pod, RANK_LABEL if one_gang else REPLICA_INDEX_LABEL)) is not None:
             pod_sets[name]["topologyRequest"] = request
-    spec: dict[str, Any] = {"queueName": queue, "podSets": list(pod_sets.values())}
+    # priorityClassSource named even when empty: Kueue v0.14's schema defaulted it, but its immutability
+    # rule reads it, and the v1beta1 schema served by v0.15 and later (converted to v1beta2) has no default.
+    spec: dict[str, Any] = {"queueName": queue, "podSets": list(pod_sets.values()), "priorityClassSource": ""}
     if priority is not None and priority.value is not None and priority.class_name:
         spec.update(
             priorityClassName=priority.class_name,
