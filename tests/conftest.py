@@ -57,8 +57,7 @@ TIER_FIXTURES = {
 # Tests that change what every other test sees (docs/testing.md#sharing-the-cluster): they run one at a
 # time (`make test` runs them in a pytest process of their own), while no other test holds the cluster.
 CLUSTER_WIDE = "cluster_wide"
-# Tests that measure time against the machine's pace: no training runs beside them (no trainer gang, no
-# tier C test).
+# Tests that measure time against the machine's pace: no trainer gang runs beside them.
 QUIET = "quiet"
 
 
@@ -109,19 +108,16 @@ def mark_tiers(items: list[pytest.Item]) -> None:
 CLUSTER_FOLDERS = ("e2e", "integration", "cluster")  # the slowest tests first, so that none starts last
 
 
-def scheduling_order(item: pytest.Item) -> float:
-    """The order tests run in (xdist hands them out so, `--no-loadscope-reorder`): the cluster-wide ones
-    first, the quiet ones among them first of all (before the trainer's gangs start); then the tests that
-    need no cluster, the trainer's long ones first (`make test` runs them beside the cluster-wide ones,
-    which run in a process of their own); then the cluster tests, the slowest folders first, so that no
-    long test starts last. A quiet test that is not cluster-wide runs after the e2e tests, whose trainings
-    share the machine, beside the integration tests, which train nothing."""
-    if item.get_closest_marker(QUIET) and item.get_closest_marker(CLUSTER_WIDE):
+def scheduling_order(item: pytest.Item) -> int:
+    """The order tests run in (xdist hands them out so, `--no-loadscope-reorder`): the quiet ones first
+    (before the trainer's gangs start), the other cluster-wide ones next; then the tests that need no
+    cluster, the trainer's long ones first (`make test` runs them beside the cluster-wide ones, which run
+    in a process of their own); then the cluster tests, the slowest folders first, so that no long test
+    starts last."""
+    if item.get_closest_marker(QUIET):
         return -1  # before the trainer's gangs have started beside them
     if item.get_closest_marker(CLUSTER_WIDE):
         return 0
-    if item.get_closest_marker(QUIET):
-        return 3 + CLUSTER_FOLDERS.index("e2e") + 0.5
     if not any(item.get_closest_marker(tier) for tier in TIER_FIXTURES):
         return 1 if item.nodeid.startswith("tests/trainer/") else 2
     folder = item.nodeid.split("/")[1]
@@ -130,10 +126,6 @@ def scheduling_order(item: pytest.Item) -> float:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
-    for item in items:
-        if item.get_closest_marker(QUIET) and not item.get_closest_marker(CLUSTER_WIDE):
-            # One xdist worker runs them one after another: two would wait on each other for the machine.
-            item.add_marker(pytest.mark.xdist_group(QUIET))
     items.sort(key=scheduling_order)  # stable: each folder keeps its order
     if not CURRENT_CLUSTER:
         return
@@ -149,16 +141,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
     """A share of the cluster for every test that uses it, the whole cluster for a `cluster_wide` one, and
-    the machine too for a `quiet` one, which the CPU-heavy trainings share: the trainer's local gangs and
-    every tier C test, whose pods train on the real node (tests/support/sharing.py);
+    the machine too for a `quiet` one, which the trainer's CPU-heavy gangs share (tests/support/sharing.py);
     set up before the test's other fixtures, so a tier fixture brings the cluster up only under it. Chart
     tests run the cluster's helm binary, which the lifecycle test would count as left behind."""
     item = request.node
     with contextlib.ExitStack() as held:
         if item.get_closest_marker(QUIET):
             held.enter_context(owning(MACHINE))
-        elif item.nodeid.startswith("tests/trainer/") or item.get_closest_marker("tier_c"):
-            held.enter_context(sharing(MACHINE))  # trainings: the trainer's gangs, or pods on the real node
+        elif item.nodeid.startswith("tests/trainer/"):
+            held.enter_context(sharing(MACHINE))
         if item.get_closest_marker(CLUSTER_WIDE):
             held.enter_context(owning(CLUSTER))
         elif any(item.get_closest_marker(tier) for tier in TIER_FIXTURES) or item.nodeid.startswith(

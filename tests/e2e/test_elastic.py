@@ -33,9 +33,8 @@ from tests.support.paths import REPO
 from tests.support.waiting import wait_for
 
 # torchrun's rendezvous and restarts on two busy cores: the gang restarted instead of taking its member
-# back once (2026-11-28) with trainings beside it. Quiet: no training beside it (no trainer gang, no tier C
-# test), only tests that train nothing; not cluster-wide, so that those run on beside it.
-pytestmark = pytest.mark.quiet
+# back once (2026-11-28) with trainings beside it; run alone, as before the suite ran side by side.
+pytestmark = [pytest.mark.cluster_wide, pytest.mark.quiet]
 
 EXAMPLE = REPO / "examples" / "elastic-ddp-digits.yaml"
 # Long enough that two ranks are still training when the replacement joins, whatever the machine's speed.

@@ -618,7 +618,16 @@ def test_a_leftover_workload_of_an_earlier_job_of_the_same_name_does_not_block_t
     )
     wait_for(lambda: not jobs.core.list_namespaced_pod(namespace).items, "the first job's pods gone")
     jobs.create(queued_job("again", queue))
-    jobs.wait_condition("again", "Admitted", timeout=90)
-    names = {w["metadata"]["name"] for w in objects.list_namespaced_custom_object(
-        KUEUE, "v1beta1", namespace, "workloads")["items"]}  # fmt: skip
-    assert leftover["metadata"]["name"] in names and len(names) == 2, names
+    uid = jobs.get("again")["metadata"]["uid"]
+    made = wait_for(
+        lambda: [w for w in objects.list_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads")["items"]
+                 if any(o["uid"] == uid for o in w["metadata"].get("ownerReferences") or [])],
+        "the new job's own Workload", timeout=60,
+    )  # fmt: skip
+    assert made[0]["metadata"]["name"] != leftover["metadata"]["name"], made[0]["metadata"]
+    # Not "creating its Workload" for ever: Kueue has it (queued, or admitted).
+    wait_for(
+        lambda: "creating its Workload" not in str(jobs.get("again").get("status", {}).get("conditions")),
+        "the job past creating its Workload",
+        timeout=60,
+    )
