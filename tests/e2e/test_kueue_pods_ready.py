@@ -23,7 +23,7 @@ from localcluster import Cluster
 from localcluster.kueue import WAIT_FOR_PODS_READY
 from tests.support.ddp_digits import EXAMPLE
 from tests.support.jobs import Jobs
-from tests.support.kueue import workload_of
+from tests.support.kueue import kueue_objects, workload_of
 from tests.support.operator import running_operator
 from tests.support.sharing import sharing
 from tests.support.waiting import wait_for
@@ -49,9 +49,10 @@ def kueue_c(cluster_c: Cluster) -> Iterator[Cluster]:
 
 @pytest.fixture
 def queue(kueue_c: Cluster, objects: client.CustomObjectsApi, namespace: str) -> Iterator[str]:
-    """A LocalQueue onto a ClusterQueue of its own with room for both gangs at once: only blockAdmission
-    keeps one waiting behind the other."""
+    """A LocalQueue onto a ClusterQueue of its own with room for both gangs at once: only waitForPodsReady
+    (blockAdmission, the timeout) decides when each runs."""
     cluster_queue = f"cq-{uuid.uuid4().hex[:8]}"
+    apply = kueue_objects(objects)
     for plural, body, where in (
         ("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}}, None),
         ("clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": cluster_queue}, "spec": {
@@ -62,15 +63,7 @@ def queue(kueue_c: Cluster, objects: client.CustomObjectsApi, namespace: str) ->
         ("localqueues", {"kind": "LocalQueue", "metadata": {"name": "team"}, "spec": {"clusterQueue": cluster_queue}},
          namespace),
     ):  # fmt: skip
-        body = {"apiVersion": f"{KUEUE}/v1beta1", **body}
-        try:
-            if where:
-                objects.create_namespaced_custom_object(KUEUE, "v1beta1", where, plural, body)
-            else:
-                objects.create_cluster_custom_object(KUEUE, "v1beta1", plural, body)
-        except client.ApiException as err:
-            if err.status != 409:
-                raise
+        apply(plural, {"apiVersion": f"{KUEUE}/v1beta1", **body}, where)
     yield "team"
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
 

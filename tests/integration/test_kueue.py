@@ -21,7 +21,7 @@ from kubernetes import client
 
 from localcluster import Cluster, Tier, sim
 from tests.support.jobs import Jobs, pytorch_job
-from tests.support.kueue import workload_of
+from tests.support.kueue import kueue_objects, workload_of
 from tests.support.paths import REPO
 from tests.support.sharing import sharing
 from tests.support.tiers import at_tier
@@ -50,20 +50,6 @@ def kueue_stopped_after_the_module(local_cluster: Cluster) -> Iterator[None]:
     yield
     with sharing():
         local_cluster.down_kueue()
-
-
-def kueue_objects(objects: client.CustomObjectsApi) -> Any:
-    def apply(plural: str, body: dict[str, Any], namespace: str | None = None) -> None:
-        try:
-            if namespace:
-                objects.create_namespaced_custom_object(KUEUE, "v1beta1", namespace, plural, body)
-            else:
-                objects.create_cluster_custom_object(KUEUE, "v1beta1", plural, body)
-        except client.ApiException as err:
-            if err.status != 409:
-                raise
-
-    return apply
 
 
 @pytest.fixture

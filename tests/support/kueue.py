@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes import client
+
 from dtjob.core import kueue
 from dtjob.core.names import JOB_NAME_LABEL
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest
@@ -58,3 +60,20 @@ def workload_of(objects: Any, namespace: str, job: str) -> dict[str, Any]:
         raise LookupError(f"no Workload of job {job} yet")
     workload: dict[str, Any] = found[0]
     return workload
+
+
+def kueue_objects(objects: Any) -> Any:
+    """`apply(plural, body, namespace=None)`: create a Kueue object (ResourceFlavor, ClusterQueue, LocalQueue)
+    in a cluster through a kubernetes CustomObjectsApi; one that exists already is fine."""
+
+    def apply(plural: str, body: dict[str, Any], namespace: str | None = None) -> None:
+        try:
+            if namespace:
+                objects.create_namespaced_custom_object(kueue.GROUP, kueue.VERSION, namespace, plural, body)
+            else:
+                objects.create_cluster_custom_object(kueue.GROUP, kueue.VERSION, plural, body)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+
+    return apply

@@ -38,9 +38,14 @@ def autopilot_node(node: Mapping[str, Any]) -> bool:
 
 
 def autopilot_cluster(nodes: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether the cluster is an Autopilot cluster: it has nodes, all of them Autopilot's."""
-    listed = list(nodes)
-    return bool(listed) and all(map(autopilot_node, listed))
+    """Whether the cluster is an Autopilot cluster: it has nodes, all of them Autopilot's. Read on every
+    pass from the node cache: stops at the first node that is not (at once, on a Standard cluster)."""
+    seen = False
+    for node in nodes:
+        if not autopilot_node(node):
+            return False
+        seen = True
+    return seen
 
 
 def selects_autopilot(pod_spec: Mapping[str, Any]) -> bool:
