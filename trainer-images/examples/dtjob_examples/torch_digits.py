@@ -78,14 +78,23 @@ def build_model() -> nn.Sequential:
     )
 
 
+def settled(ddp: DistributedDataParallel, device: torch.device) -> DistributedDataParallel:
+    """`ddp` with its gradient buckets already in the layout it keeps (docs/trainer-runtime.md, exact
+    resume): DDP lays them out again after a fresh instance's first backward, and more than two ranks'
+    sums round by where a value sits in its bucket, so a resumed run's first step would part from the
+    uninterrupted run's. One backward on zeros in eval mode (no dropout: no RNG drawn), its gradients
+    dropped, makes every run, fresh or resumed, step in the rebuilt layout from its first step."""
+    ddp.eval()
+    ddp(torch.zeros(1, FEATURES, device=device)).sum().backward()
+    ddp.zero_grad(set_to_none=True)
+    ddp.train()
+    return ddp
+
+
 def parallelize(model: nn.Sequential, parallelism: Parallelism, context: DistributedContext) -> nn.Module:
     if parallelism == "ddp":
         device_ids = [context.device.index] if context.device.type == "cuda" else None
-        # Bitwise resume beyond two ranks (docs/trainer-runtime.md#checkpoints-pytorch): DDP rebuilds its
-        # gradient buckets after a fresh instance's first step (a resumed run's too), and more than two
-        # ranks' sums round by where a value sits in its bucket. A bucket a parameter (cap 0) holds it at
-        # the same place in either layout.
-        return DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb_list=[0])
+        return settled(DistributedDataParallel(model, device_ids=device_ids), context.device)
     if parallelism == "tp":
         # Megatron's pairing: the first layer's output features split across the ranks (columns), the
         # second's input features (rows), so the hidden activations stay local and one all-reduce a layer
