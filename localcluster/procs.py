@@ -97,6 +97,9 @@ class Processes:
 
     def stop(self, name: str, timeout: float = 20.0) -> None:
         pid = self.pid(name)
+        # The pid file goes first: a component stopped on purpose is never taken for one that died by a
+        # health check running beside the stop (Cluster.check_alive, in another test process).
+        self._pidfile(name).unlink(missing_ok=True)
         if pid is not None:
             _signal_group(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
@@ -105,7 +108,6 @@ class Processes:
             if _alive(pid):
                 _signal_group(pid, signal.SIGKILL)
             _reap(pid)
-        self._pidfile(name).unlink(missing_ok=True)
 
     def wait_until(
         self, name: str, ready: Callable[[], bool], what: str, timeout: float = 60.0, interval: float = 0.25

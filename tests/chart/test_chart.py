@@ -248,7 +248,8 @@ USED: dict[tuple[str, str, str], str] = {
         "kueue.x-k8s.io",
         "workloads",
         "patch",
-    ): "kueue.WORKLOADS, name, active, **deadline",  # active while not suspended
+    ): "kueue.WORKLOADS, name, body, **deadline",  # active while not suspended; podSets and queue matched
+    ("kueue.x-k8s.io", "workloads", "delete"): "delete_namespaced_custom_object(",  # the job left Kueue
     (
         "kueue.x-k8s.io",
         "workloads/status",

@@ -23,7 +23,7 @@ from tests.support.operator import operator_taking_reports
 from tests.support.waiting import wait_for
 
 DTJOB = [sys.executable, "-m", "dtjob.cli"]
-EPOCHS = 150  # about 15 s of training an attempt on this machine alone: time to watch it and to disrupt it
+EPOCHS = 300  # about 30 s of training an attempt on this machine: time to watch it and to disrupt it
 DISRUPT_AFTER_STEP = 400
 
 

@@ -65,8 +65,9 @@ def queue(
         "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                  "preemption": {"withinClusterQueue": "LowerPriority"},
-                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                     {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3 * GPUS_A_GANG}]}]}]},
+                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu", "cpu"], "flavors": [
+                     {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 3 * GPUS_A_GANG},
+                                                    {"name": "cpu", "nominalQuota": 1000}]}]}]},
     })  # fmt: skip
     apply("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
                           "metadata": {"name": "team", "namespace": namespace},
@@ -617,3 +618,68 @@ def test_a_leftover_workload_of_an_earlier_job_of_the_same_name_does_not_block_t
         "the job past creating its Workload",
         timeout=60,
     )
+
+
+def reserved(objects: client.CustomObjectsApi, namespace: str, queue: str) -> dict[str, str]:
+    """What Kueue has reserved for the LocalQueue's Workloads, by resource (its status, as Kueue keeps it)."""
+    found = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "localqueues", queue)
+    return {
+        resource["name"]: str(resource["total"])
+        for flavor in found.get("status", {}).get("flavorsReservation") or []
+        for resource in flavor.get("resources") or []
+        if str(resource["total"]) not in ("0", "")
+    }
+
+
+def test_the_workload_follows_its_job_a_template_changed_while_suspended_and_a_queue_label_removed(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """As Kueue's own integrations keep their Workloads: a template changed while the job is suspended
+    reaches the Workload (Kueue counts the new requests, not the old); a queue label removed from a running
+    job leaves it in its Workload's queue (the quota stays counted until it ends); one removed from a queued
+    job takes its Workload away, and the job runs without Kueue."""
+    jobs.create(queued_job("follow", queue))
+    first = {p.metadata.uid for p in jobs.wait_pods("follow", 2, phase="Running", timeout=90)}
+    wait_for(lambda: reserved(objects, namespace, queue) == {"nvidia.com/gpu": "16"}, "16 GPUs reserved")
+    jobs.patch("follow", {"spec": {"runPolicy": {"suspend": True}}})
+    wait_for(lambda: jobs.pods("follow") == [] and reserved(objects, namespace, queue) == {},
+             "the suspended job's pods gone and its quota handed back", timeout=60)  # fmt: skip
+    replicas = jobs.get("follow")["spec"]["replicas"]
+    for replica in replicas:
+        replica["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3"}}
+    jobs.patch("follow", {"spec": {"replicas": replicas}})
+
+    def cpus_a_pod() -> set[str]:
+        pod_sets = workload_of(objects, namespace, "follow")["spec"]["podSets"]
+        return {
+            str(p["template"]["spec"]["containers"][0]["resources"]["requests"].get("cpu")) for p in pod_sets
+        }
+
+    wait_for(lambda: cpus_a_pod() == {"3"}, "the Workload to ask for 3 CPUs a pod")
+    jobs.patch("follow", {"spec": {"runPolicy": {"suspend": False}}})
+    jobs.wait_pods("follow", 2, phase="Running", timeout=90)
+    both = {"nvidia.com/gpu": "16", "cpu": "6"}
+    wait_for(lambda: reserved(objects, namespace, queue) == both, "16 GPUs and 6 CPUs reserved")
+
+    running = {p.metadata.uid for p in jobs.pods("follow")}
+    assert running.isdisjoint(first)
+    jobs.patch("follow", {"metadata": {"labels": {f"{KUEUE}/queue-name": None}}})
+    admitted = wait_for(
+        lambda: (c := jobs.condition("follow", "Admitted")) and "asks for no queue" in c["message"] and c,
+        "the job to say it stays in its Workload's queue",
+    )
+    assert admitted["status"] == "True", admitted
+    assert {p.metadata.uid for p in jobs.pods("follow")} == running
+    assert reserved(objects, namespace, queue) == both
+    sim.exit_pod(client.CoreV1Api(objects.api_client), namespace, "follow-master-0", exit_code=0)
+    jobs.wait_condition("follow", "Succeeded")
+    wait_for(lambda: reserved(objects, namespace, queue) == {}, "its quota freed once it ended")
+
+    jobs.create(queued_job("astray", "no-such-queue"))
+    wait_for(lambda: workload_of(objects, namespace, "astray"), "the queued job's Workload")
+    jobs.patch("astray", {"metadata": {"labels": {f"{KUEUE}/queue-name": None}}})
+    jobs.wait_pods("astray", 2, phase="Running", timeout=60)
+    wait_for(lambda: not objects.list_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads",
+             label_selector="training.dtjob.io/job-name=astray")["items"], "its Workload deleted")  # fmt: skip
+    assert jobs.condition("astray", "Queued")["reason"] == "NotQueued"

@@ -21,6 +21,16 @@ JOB = manifest(
     nccl={"profile": "TCP"},
 )
 QUEUED = {**JOB, "metadata": {**JOB["metadata"], "labels": {kueue.QUEUE_LABEL: "team-a-gpus"}}}
+# Kueue's ResourceFlavors as a pass reads them: h100, its node pool and a toleration.
+FLAVORS = {
+    "h100": {
+        "metadata": {"name": "h100"},
+        "spec": {
+            "nodeLabels": {"cloud.google.com/gke-nodepool": "h100-pool"},
+            "tolerations": [{"key": "reserved", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+}
 
 
 def workload(*conditions: tuple[str, str], admission: bool = False, **status: Any) -> dict[str, Any]:

@@ -207,10 +207,13 @@ class World:
                 **plan.workload,
                 "metadata": {**plan.workload["metadata"], "uid": "w-1", "resourceVersion": "1"},
             }
-        if self.workload is not None and plan.workload_active is not None:
+        if self.workload is not None and plan.workload_spec is not None:
+            annotations = plan.workload_spec["metadata"].get("annotations") or {}
+            meta = self.workload["metadata"]
             self.workload = {
                 **self.workload,
-                "spec": {**self.workload["spec"], **plan.workload_active["spec"]},
+                "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **annotations}},
+                "spec": {**self.workload["spec"], **plan.workload_spec["spec"]},
             }
 
 

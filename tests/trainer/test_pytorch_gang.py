@@ -334,10 +334,9 @@ def test_elastic_gang_trains_on_without_a_preempted_worker_and_takes_its_replace
     worker 2's place joins them, three ranks again, and every rank ends the run."""
     job = local_job("elastic-ddp-digits.yaml", tmp_path)
     # Long enough that the two are still training when the replacement has started and joins (each
-    # epoch a fraction of a second here; the replacement joined 7 s after the two restarted, with ~75 of
-    # 100 epochs left, 2026-11-28): a run that ended first leaves it no rendezvous to join.
+    # epoch a fraction of a second here): a run that ended first leaves it no rendezvous to join.
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    trainer["args"] = ["--epochs", "100", "--checkpoint-every", "20"]
+    trainer["args"] = ["--epochs", "200", "--checkpoint-every", "20"]
     checkpoints = checkpoints_of(job)
     with running(rendered_pods(job, attempt=1), tmp_path) as gang:
         survivors = [gang.pod_named("worker-0"), gang.pod_named("worker-1")]

@@ -11,20 +11,10 @@ from dtjob.core.plan import Plan
 from dtjob.core.reconcile import refused_pods
 from dtjob.core.world import Needs
 from tests.support.builders import NOW, exited, pods_of, running, service_of, template
-from tests.support.kueue import JOB, QUEUED, workload
+from tests.support.kueue import FLAVORS, JOB, QUEUED, workload
 from tests.support.plan import after, applied, condition, needs_for, plan_for
 
 WORKLOAD_NAME = kueue.workload_name(JobRef.of(QUEUED))
-
-FLAVORS = {
-    "h100": {
-        "metadata": {"name": "h100"},
-        "spec": {
-            "nodeLabels": {"cloud.google.com/gke-nodepool": "h100-pool"},
-            "tolerations": [{"key": "reserved", "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    }
-}
 
 
 def queued_pass(job: dict[str, Any], children: list[dict[str, Any]], wl: dict[str, Any] | None) -> Plan:
@@ -283,7 +273,7 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
     admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
     plan = queued_pass(suspended, children, admitted)
-    assert plan.workload_active == {
+    assert plan.workload_spec == {
         "metadata": {"name": admitted["metadata"]["name"]},
         "spec": {"active": False},
     }
@@ -295,13 +285,13 @@ def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> N
     inactive = workload(("QuotaReserved", "True"), ("Evicted", "True"), admission=True)
     inactive["spec"]["active"] = False
     plan = queued_pass(suspended, [service_of(QUEUED)], inactive)
-    assert plan.workload_active is None and plan.create == []
+    assert plan.workload_spec is None and plan.create == []
     assert plan.workload_status is not None and plan.workload_status["status"]["admission"] is None
     resumed = {**suspended, "spec": {**suspended["spec"], "runPolicy": {"suspend": False}}}
     cleared = workload(("QuotaReserved", "False"), ("Evicted", "True"))
     cleared["spec"]["active"] = False
     plan = queued_pass(resumed, [service_of(QUEUED)], cleared)
-    assert plan.workload_active is not None and plan.workload_active["spec"] == {"active": True}
+    assert plan.workload_spec is not None and plan.workload_spec["spec"] == {"active": True}
     assert plan.create == []
     assert after(resumed, plan)["status"]["phase"] == "Queued"
 
@@ -407,7 +397,7 @@ def test_a_workload_kueue_deactivated_stays_inactive_and_the_job_says_why() -> N
     )
     rejected["spec"]["active"] = False
     plan = queued_pass(QUEUED, [], rejected)
-    assert plan.workload_active is None and plan.create == []
+    assert plan.workload_spec is None and plan.create == []
     message = condition(after(QUEUED, plan), "Queued")["message"]
     assert "Kueue deactivated it (admission check dws-prov: no capacity in us-central1)" in message
 
@@ -576,4 +566,4 @@ def test_a_workload_of_an_earlier_release_keeps_its_name_when_the_job_is_suspend
     earlier["metadata"]["name"] = "dtjob-mnist"
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}
     plan = queued_pass(suspended, children, earlier)
-    assert plan.workload_active == {"metadata": {"name": "dtjob-mnist"}, "spec": {"active": False}}
+    assert plan.workload_spec == {"metadata": {"name": "dtjob-mnist"}, "spec": {"active": False}}

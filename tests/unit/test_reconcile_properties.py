@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from dtjob.core.names import ATTEMPT_LABEL, SPARE_LABEL
 from dtjob.core.plan import Plan
 from dtjob.core.status.codec import status_patch
+from dtjob.core.workload_match import holds_quota
 from tests.support.builders import merged
 from tests.support.worlds import GANGS, Choose, job_of, passes, plan_of
 
@@ -129,6 +130,8 @@ def live_through(job: dict[str, Any], choose: Choose[Any]) -> set[str]:
         again = plan_of(one.job, one.children, one.nodes, one.now, one.workload, one.ledger)
         assert again == (one.plan, one.asked), "the same inputs gave another plan"
         paths |= reached(one.job, one.plan)
+        rewritten = one.plan.workload_spec is not None and "podSets" in one.plan.workload_spec["spec"]
+        assert not (rewritten and holds_quota(one.workload)), "a Workload holding quota rewritten"
         stored = one.job.get("status") or {}
         decided = check_pass(one.job, one.children, one.plan)
         assert merged(stored, status_patch(stored, decided)) == (one.plan.status or stored), (

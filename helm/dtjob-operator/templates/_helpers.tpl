@@ -41,11 +41,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
   verbs: [create, patch]
-# A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended; its
+# A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended, its
+# podSets and queue kept the job's while it holds no quota, deleted once the job leaves Kueue; its
 # status patched to hand an evicted gang's quota back and to mark it Finished.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,6 +49,9 @@ GANG_POD_SET: Final = "gang"
 WORKLOAD_ANNOTATION: Final = f"{GROUP}/workload"
 # Kueue's reason for an eviction at the PodsReady timeout (workload_types.go).
 PODS_READY_TIMEOUT: Final = "PodsReadyTimeout"
+# On the Workload: a digest of what Kueue counts and places of its podSets (`pod_sets_digest`), so that a
+# pass sees whether the job's pods still match it without reading the podSets back.
+POD_SETS_ANNOTATION: Final = f"{API_GROUP}/workload-pod-sets"
 
 
 class State(StrEnum):
@@ -135,20 +137,14 @@ def queue_of(job: Mapping[str, Any]) -> str | None:
     return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL) or None
 
 
-# A LocalQueue's name, as Kueue validates a Workload's spec.queueName: a DNS-1123 subdomain.
-_DNS_1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def queue_name_problem(job: Mapping[str, Any]) -> str | None:
-    """Why the queue the job names cannot be a LocalQueue's name (a label value may hold what a name may
-    not: capitals, underscores), or None."""
-    queue = queue_of(job)
-    if queue is None or (len(queue) <= 253 and _DNS_1123_SUBDOMAIN.fullmatch(queue)):
-        return None
-    return (
-        f"metadata.labels[{QUEUE_LABEL}]: {queue!r} cannot name a LocalQueue: a LocalQueue's name is a "
-        "DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
-    )
+def pod_sets_digest(pod_sets: Sequence[Mapping[str, Any]]) -> str:
+    """A digest of what Kueue counts and places of `pod_sets`: each one's name, count, topology request and
+    its template's scheduling shape (requests, node selection, tolerations, priority), not the attempt's
+    env and labels, which change at every restart without changing the quota."""
+    shapes = [
+        [s["name"], s["count"], s.get("topologyRequest"), _scheduling_shape(s["template"])] for s in pod_sets
+    ]
+    return hashlib.sha256(json.dumps(shapes, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def workload_name(job: JobRef) -> str:
@@ -219,6 +215,7 @@ def render_workload(
             "name": workload_name(ref),
             "namespace": ref.namespace,
             "labels": job_labels(ref),
+            "annotations": {POD_SETS_ANNOTATION: pod_sets_digest(spec["podSets"])},
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": spec,

@@ -58,10 +58,11 @@ class Plan:
     delete_job: bool = False
     workload: dict[str, Any] | None = None
     """The Kueue Workload to create, for a job in a Kueue queue that has none yet."""
-    workload_active: dict[str, Any] | None = None
-    """A merge patch of the Workload's spec.active (its name in metadata): false while the job is
-    suspended (Kueue then evicts it and its quota is handed back), true again on resume (Kueue queues it
-    again)."""
+    workload_spec: dict[str, Any] | None = None
+    """A merge patch of the Workload (its name in metadata): spec.active false while the job is suspended
+    (Kueue then evicts it and its quota is handed back), true again on resume (Kueue queues it again);
+    its queue and podSets brought back to the job's while it holds no quota (onto the resourceVersion
+    read)."""
     workload_status: dict[str, Any] | None = None
     """A merge patch of the Workload's status subresource (its resourceVersion a precondition): the quota
     handed back once an evicted gang is gone, or Finished once the job is."""

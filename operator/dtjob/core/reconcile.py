@@ -35,13 +35,20 @@ from dtjob.core.network import (
     needs_gke_facts,
     paired,
 )
-from dtjob.core.observed import Observed, observe
+from dtjob.core.observed import ACTIVE_STATES, Observed, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
 from dtjob.core.status.codec import dump_status, read_status
 from dtjob.core.status.of_pass import status_of_pass
-from dtjob.core.workload import failed_to_start, workload_active, workload_status, workload_to_create
+from dtjob.core.workload import (
+    failed_to_start,
+    workload_spec,
+    workload_status,
+    workload_to_create,
+    workload_to_delete,
+)
+from dtjob.core.workload_match import label_waits, queue_in_force, queue_name_problem
 from dtjob.core.world import Needs, World
 from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwanted, requeue_after
 
@@ -74,9 +81,11 @@ def reconcile(world: World) -> Plan | Needs:
         return _invalid(old, describe(error), now, generation)
     if problems := semantic_problems(spec):
         return _invalid(old, "\n".join(problems), now, generation)
-    if (problem := kueue.queue_name_problem(job)) is not None:
+    if (problem := queue_name_problem(job)) is not None:
         return _invalid(old, problem, now, generation)
-    queueing = _queueing(world)
+    observed = observe(world.children, now, world.nodes)
+    unqueued = _gang_running(observed, old.attempt) and not old.is_true(ConditionType.ADMITTED)
+    queueing = _queueing(world, unqueued)
     if (needs := _inputs_needed(world, spec, old, queueing)) is not None:
         return needs
     network = attempt_network(spec, old, world.gke)
@@ -84,7 +93,7 @@ def reconcile(world: World) -> Plan | Needs:
         # Not the spec's fault alone: an admin may create the Networks. Look again before long.
         return replace(_invalid(old, network, now, generation), requeue_after=RECHECK_SECONDS)
     gang = _gang(world, spec, old, network)
-    one = Pass(world, spec, old, gang, observe(world.children, now, world.nodes), queueing)
+    one = Pass(world, spec, old, gang, observed, queueing)
     if _pods_refused(old, generation):
         live = [pod for pod in one.observed.of_attempt(gang.attempt) if not pod.terminating]
         failed = failed_to_start(queueing, old.condition(ConditionType.INVALID), now)
@@ -98,13 +107,21 @@ def reconcile(world: World) -> Plan | Needs:
     return _plan(one, decision, network, slow)
 
 
-def _queueing(world: World) -> kueue.Queueing | None:
-    """Where Kueue stands with the job's Workload, for a job in a Kueue queue."""
-    queue = kueue.queue_of(world.job)
+def _queueing(world: World, unqueued_gang_running: bool) -> kueue.Queueing | None:
+    """Where Kueue stands with the job's Workload, for a job in a Kueue queue (the queue in force: a
+    label changed under a running job waits, workload_match.queue_in_force)."""
+    facts = world.kueue
+    queue = queue_in_force(world.job, facts.workload, unqueued_gang_running)
     if not queue:
         return None
-    facts = world.kueue
-    return kueue.read(queue, facts.workload, facts.flavors, facts.served, facts.routes)
+    queueing = kueue.read(queue, facts.workload, facts.flavors, facts.served, facts.routes)
+    if (waits := label_waits(world.job, queue)) is not None:
+        queueing = replace(queueing, message=f"{queueing.message}; {waits}")
+    return queueing
+
+
+def _gang_running(observed: Observed, attempt: int) -> bool:
+    return any(p.state in ACTIVE_STATES and not p.terminating for p in observed.of_attempt(attempt))
 
 
 def _inputs_needed(
@@ -170,9 +187,11 @@ def _plan(
         apply=service,
         workload=workload_to_create(world.job, gang, queueing, new, world.kueue.priority),
         workload_status=workload_status(queueing, gang, observed, new, world.now),
-        workload_active=workload_active(queueing, one.spec, old),
+        workload_spec=workload_spec(world.job, gang, queueing, one.spec, old),
         relabel=relabel,
-        delete=[delete for delete, _ in planned_deletes] + policy_unwanted(one.spec, observed),
+        delete=[delete for delete, _ in planned_deletes]
+        + policy_unwanted(one.spec, observed)
+        + workload_to_delete(world.kueue.workload, queueing),
         status=_changed(old, new),
         events=events + [event for _, event in planned_deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,

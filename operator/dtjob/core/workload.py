@@ -1,5 +1,6 @@
-"""The writes a pass plans for a queued job's Kueue Workload: created once, deactivated while the job is
-suspended, PodsReady once its gang runs, its quota handed back after an eviction, Finished with the job."""
+"""The writes a pass plans for a queued job's Kueue Workload: created once, kept matching the job while it
+holds no quota (its podSets, its queue), deactivated while the job is suspended, PodsReady once its gang
+runs, its quota handed back after an eviction, Finished with the job, deleted once the job leaves Kueue."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from dtjob.api import Condition, ConditionType, DistributedTrainingJobSpec, JobS
 from dtjob.core import kueue
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed
+from dtjob.core.plan import Delete
 from dtjob.core.render import render_pod, render_spare
 from dtjob.core.views import PodState
+from dtjob.core.workload_match import follows_job, holds_quota
 
 # The Workload condition Kueue's waitForPodsReady reads (an admitted Workload without it True is evicted
 # at the timeout), with jobframework's reasons and messages (reconciler.go: generatePodsReadyCondition).
@@ -37,6 +40,12 @@ def workload_to_create(
 ) -> dict[str, Any] | None:
     if queueing is None or queueing.state != kueue.State.MISSING or new.finished:
         return None
+    return _rendered(job, gang, queueing.queue, priority)
+
+
+def _rendered(
+    job: Mapping[str, Any], gang: Gang, queue: str, priority: kueue.Priority | None
+) -> dict[str, Any]:
     pods = [render_pod(gang, member) for member in gang.members]
     # Spares hold the same resources as members: the quota counts them.
     pods += [
@@ -44,24 +53,48 @@ def workload_to_create(
         for role in gang.spec.roles()
         for number in range(gang.spec.replica(role).spares)
     ]
-    return kueue.render_workload(job, gang.job, queueing.queue, pods, priority)
+    return kueue.render_workload(job, gang.job, queue, pods, priority)
 
 
-def workload_active(
-    queueing: kueue.Queueing | None, spec: DistributedTrainingJobSpec, old: JobStatus
+def workload_spec(
+    job: Mapping[str, Any],
+    gang: Gang,
+    queueing: kueue.Queueing | None,
+    spec: DistributedTrainingJobSpec,
+    old: JobStatus,
 ) -> dict[str, Any] | None:
-    """The patch of the Workload's spec.active: false when the job is suspended; true again on its resume
-    only, so that a Workload Kueue itself deactivated (a rejected admission check, say) stays as Kueue left
-    it. Named as found: a Workload made by an earlier release keeps the name it was given."""
-    if queueing is None or queueing.workload is None:
+    """A merge patch of the Workload (its name in metadata) that keeps it the job's, as Kueue's job
+    integrations keep theirs: spec.active false while the job is suspended, true again on its resume only
+    (a Workload Kueue itself deactivated, a rejected admission check say, stays as Kueue left it); and,
+    while it holds no quota, its queue and podSets those of the job's pods now (a template changed while
+    suspended, a queue label changed while queued: Kueue's updateWorkloadToMatchJob), onto the version
+    read. Named as found: a Workload made by an earlier release keeps the name it was given."""
+    if queueing is None or queueing.workload is None or queueing.state == kueue.State.FINISHED:
         return None
-    if spec.run_policy.suspend:
-        active = False if queueing.active else None
-    else:
-        active = True if old.is_true(ConditionType.SUSPENDED) and not queueing.active else None
-    if active is None:
-        return None
-    return {"metadata": {"name": queueing.workload["metadata"]["name"]}, "spec": {"active": active}}
+    workload = queueing.workload
+    patch: dict[str, Any] = {"metadata": {"name": workload["metadata"]["name"]}, "spec": {}}
+    if spec.run_policy.suspend and queueing.active:
+        patch["spec"]["active"] = False
+    elif not spec.run_policy.suspend and old.is_true(ConditionType.SUSPENDED) and not queueing.active:
+        patch["spec"]["active"] = True
+    if not holds_quota(workload) and not follows_job(
+        workload, rendered := _rendered(job, gang, queueing.queue, None)
+    ):
+        patch["metadata"].update(
+            resourceVersion=workload["metadata"].get("resourceVersion"),
+            annotations=rendered["metadata"]["annotations"],
+        )
+        patch["spec"].update(queueName=queueing.queue, podSets=rendered["spec"]["podSets"])
+    return patch if patch["spec"] else None
+
+
+def workload_to_delete(workload: Mapping[str, Any] | None, queueing: kueue.Queueing | None) -> list[Delete]:
+    """The Workload of a job that left Kueue (its queue label removed while it held no quota): deleted, as
+    Kueue deletes a Workload that no longer matches its job, so that it is never admitted for a job that
+    runs without it."""
+    if workload is None or queueing is not None or holds_quota(workload):
+        return []
+    return [Delete("Workload", workload["metadata"]["name"], workload["metadata"].get("uid"))]
 
 
 def workload_status(

@@ -11,7 +11,7 @@ import contextlib
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -175,8 +175,13 @@ class Writer:
     def delete(self, namespace: str, op: Delete) -> None:
         """Delete only the object we decided about (uid precondition); gone already is fine."""
         api = core()
-        remove = {"Pod": api.delete_namespaced_pod, "Service": api.delete_namespaced_service,
-                  "NetworkPolicy": networking().delete_namespaced_network_policy}[op.kind]  # fmt: skip
+        removers: dict[str, Callable[..., Any]] = {
+            "Pod": api.delete_namespaced_pod,
+            "Service": api.delete_namespaced_service,
+            "NetworkPolicy": networking().delete_namespaced_network_policy,
+            "Workload": _delete_workload,
+        }
+        remove = removers[op.kind]
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=op.uid) if op.uid else None,
             grace_period_seconds=op.grace_period_seconds,
@@ -217,16 +222,20 @@ class Writer:
             if err.status != 409:
                 raise
 
-    def activate_workload(self, namespace: str, patch: Mapping[str, Any]) -> None:
-        """Set a Workload's spec.active (false: Kueue evicts it and admits it no more; true: it queues again)."""
+    def patch_workload(self, namespace: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch a Workload (spec.active: false, Kueue evicts it and admits it no more; true, it queues
+        again; its podSets and queue, onto the version read). Gone with its job (404) or changed since
+        (409): left to the next pass, which sees it."""
         deadline = self._gate.write()
         try:
-            name, active = patch["metadata"]["name"], {"spec": patch["spec"]}
+            meta = dict(patch["metadata"])
+            name = meta.pop("name")
+            body = {"metadata": meta, "spec": patch["spec"]} if meta else {"spec": patch["spec"]}
             custom().patch_namespaced_custom_object(
-                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, active, **deadline
+                kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, body, **deadline
             )
         except client.ApiException as err:
-            if err.status != 404:  # gone with its job: nothing to say to Kueue
+            if err.status not in (404, 409):
                 raise
 
     def patch_workload_status(self, namespace: str, body: Mapping[str, Any]) -> None:
@@ -331,8 +340,8 @@ class Writer:
                 done.created = self.create_pods(plan.create)
         for drifted in plan.relabel:
             self.relabel(namespace, drifted)
-        if plan.workload_active is not None:  # before the status: a resume is recorded once Kueue was told
-            self.activate_workload(namespace, plan.workload_active)
+        if plan.workload_spec is not None:  # before the status: a resume is recorded once Kueue was told
+            self.patch_workload(namespace, plan.workload_spec)
         if plan.status is not None:
             try:
                 done.job = self.patch_status(job, plan.status)
@@ -351,3 +360,10 @@ class Writer:
         if plan.delete_job:
             self.delete_job(namespace, meta["name"], meta["uid"])
         return done
+
+
+def _delete_workload(name: str, namespace: str, **options: Any) -> Any:
+    """A Kueue Workload deleted as the core API's deletes are called (name, namespace)."""
+    return custom().delete_namespaced_custom_object(
+        kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, **options
+    )

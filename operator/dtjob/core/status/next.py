@@ -175,6 +175,9 @@ def _hold_or_resume(
         draft.conditions.set(ConditionType.RUNNING, "False", holding.value, decision.message)
 
 
+NOT_QUEUED = "NotQueued"
+
+
 def _admission(draft: _Draft, old: JobStatus, decision: Decision, queued: bool, admitted: str | None) -> None:
     conditions = draft.conditions
     if old.finished or decision.action in FINISHING:
@@ -188,6 +191,11 @@ def _admission(draft: _Draft, old: JobStatus, decision: Decision, queued: bool, 
     elif admitted is not None:
         conditions.set(ConditionType.QUEUED, "False", "Admitted", admitted)
         conditions.set(ConditionType.ADMITTED, "True", "Admitted", admitted)
+    elif not queued and old.condition(ConditionType.QUEUED) is not None:
+        # Its queue label removed while its Workload held no quota (workload_match.queue_in_force).
+        message = "the job names no LocalQueue any more: it runs without Kueue"
+        conditions.set(ConditionType.QUEUED, "False", NOT_QUEUED, message)
+        conditions.set(ConditionType.ADMITTED, "False", NOT_QUEUED, message)
 
 
 def _finish(draft: _Draft, decision: Decision, now: datetime) -> None:

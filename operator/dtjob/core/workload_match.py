@@ -1,0 +1,78 @@
+"""Which queue a queued job is in (its label, a LocalQueue's name), and whether its Workload still matches
+it, as Kueue's job integrations decide both (jobframework's reconciler: the queue name immutable while the
+job runs, a Workload brought back to its job while suspended). Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, queue_of
+
+
+def holds_quota(workload: Mapping[str, Any] | None) -> bool:
+    """Whether Kueue has reserved quota for the Workload (admitted, waiting for its admission checks, or
+    evicted with its gang still there): its queue and podSets are then fixed, as Kueue's webhook keeps
+    them (HasQuotaReservation)."""
+    if workload is None:
+        return False
+    status = workload.get("status") or {}
+    reserved = any(
+        c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return reserved or bool(status.get("admission"))
+
+
+def queue_in_force(
+    job: Mapping[str, Any], workload: Mapping[str, Any] | None, unqueued_gang_running: bool
+) -> str | None:
+    """The queue a pass treats the job as in: its label, as Kueue's integrations take a queue-name change,
+    only while the job holds no quota and has no gang running. A Workload holding quota keeps the job in
+    the Workload's queue (Kueue refuses the change on a running job); a gang that runs unqueued (never
+    admitted) stays so, a label added to it taking effect when the gang next stops (a suspension or a
+    restart). A gang Kueue admitted whose Workload is gone is queued again, as Kueue stops a running job
+    with no Workload."""
+    if holds_quota(workload):
+        return str(workload["spec"]["queueName"])  # type: ignore[index]
+    if workload is None and unqueued_gang_running:
+        return None
+    return queue_of(job)
+
+
+def label_waits(job: Mapping[str, Any], queue: str) -> str | None:
+    """What the job's queue label asks that `queue_in_force` holds back while its Workload holds quota,
+    said in its status; or None."""
+    label = queue_of(job)
+    if label == queue:
+        return None
+    asked = f"LocalQueue {label}" if label else "no queue"
+    return (
+        f"metadata.labels[{QUEUE_LABEL}] asks for {asked}; the job stays in LocalQueue {queue} while its "
+        "Workload holds quota, as Kueue keeps a running job's queue (suspend the job to move it)"
+    )
+
+
+def follows_job(workload: Mapping[str, Any], rendered: Mapping[str, Any]) -> bool:
+    """Whether the Workload still says what the job's pods are and where they queue: its queue and its
+    podSets' digest (a Workload of an earlier release has none: it is brought up to date)."""
+    digest = (workload["metadata"].get("annotations") or {}).get(POD_SETS_ANNOTATION)
+    queue = (workload.get("spec") or {}).get("queueName")
+    wanted = rendered["metadata"]["annotations"][POD_SETS_ANNOTATION]
+    return bool(queue == rendered["spec"]["queueName"] and digest == wanted)
+
+
+# A LocalQueue's name, as Kueue validates a Workload's spec.queueName: a DNS-1123 subdomain.
+_DNS_1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def queue_name_problem(job: Mapping[str, Any]) -> str | None:
+    """Why the queue the job names cannot be a LocalQueue's name (a label value may hold what a name may
+    not: capitals, underscores), or None."""
+    queue = queue_of(job)
+    if queue is None or (len(queue) <= 253 and _DNS_1123_SUBDOMAIN.fullmatch(queue)):
+        return None
+    return (
+        f"metadata.labels[{QUEUE_LABEL}]: {queue!r} cannot name a LocalQueue: a LocalQueue's name is a "
+        "DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
+    )
