@@ -102,9 +102,15 @@ def test_peers_that_crash_before_the_disruption_shows_are_charged_to_the_preempt
     assert status["lastRestart"]["reason"] == "Preempted"
     assert "gke-master-0" in status["lastRestart"]["message"]
     assert jobs.condition("gke", "Failed") is None
-    warnings = [e.reason for e in events_of(core, namespace, "gke") if e.type == "Warning"]
-    # The next Master may wait for a node (its own is going): that is news, not a failure.
-    assert [reason for reason in warnings if reason != "PodUnschedulable"] == ["Preempted"]
+
+    def warnings() -> list[str]:
+        # The next Master may wait for a node (its own is going): that is news, not a failure.
+        seen = [e.reason for e in events_of(core, namespace, "gke") if e.type == "Warning"]
+        return [reason for reason in seen if reason != "PodUnschedulable"]
+
+    # The Event follows the status write (the Writer posts events last): it may come a moment later.
+    wait_for(warnings, "the restart's Warning Event")
+    assert warnings() == ["Preempted"]
 
 
 def node_name(index: int) -> str:
