@@ -76,6 +76,10 @@ class Observed:
     def of_attempt(self, attempt: int) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.attempt == attempt)
 
+    def live_of_attempt(self, attempt: int) -> tuple[PodView, ...]:
+        """The attempt's pods that hold or will hold a place: pending or running, not on their way out."""
+        return tuple(p for p in self.of_attempt(attempt) if p.state in ACTIVE_STATES and not p.terminating)
+
     def not_of_attempt(self, attempt: int) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.attempt != attempt)
 

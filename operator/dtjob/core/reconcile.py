@@ -35,7 +35,7 @@ from dtjob.core.network import (
     needs_gke_facts,
     paired,
 )
-from dtjob.core.observed import ACTIVE_STATES, Observed, observe
+from dtjob.core.observed import Observed, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
@@ -84,7 +84,7 @@ def reconcile(world: World) -> Plan | Needs:
     if (problem := queue_name_problem(job)) is not None:
         return _invalid(old, problem, now, generation)
     observed = observe(world.children, now, world.nodes)
-    unqueued = _gang_running(observed, old.attempt) and not old.is_true(ConditionType.ADMITTED)
+    unqueued = bool(observed.live_of_attempt(old.attempt)) and not old.is_true(ConditionType.ADMITTED)
     queueing = _queueing(world, unqueued)
     if (needs := _inputs_needed(world, spec, old, queueing)) is not None:
         return needs
@@ -118,10 +118,6 @@ def _queueing(world: World, unqueued_gang_running: bool) -> kueue.Queueing | Non
     if (waits := label_waits(world.job, queue)) is not None:
         queueing = replace(queueing, message=f"{queueing.message}; {waits}")
     return queueing
-
-
-def _gang_running(observed: Observed, attempt: int) -> bool:
-    return any(p.state in ACTIVE_STATES and not p.terminating for p in observed.of_attempt(attempt))
 
 
 def _inputs_needed(

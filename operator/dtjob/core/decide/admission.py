@@ -6,7 +6,6 @@ from dtjob.core.decide.decision import Action, Decision, Facts, Reason
 from dtjob.core.decide.failure import preemptions_spent
 from dtjob.core.kueue import PODS_READY_TIMEOUT
 from dtjob.core.kueue import State as QueueState
-from dtjob.core.observed import ACTIVE_STATES
 
 
 def workload_finished(facts: Facts) -> Decision | None:
@@ -24,8 +23,7 @@ def not_admitted(facts: Facts) -> Decision | None:
     queueing = facts.queueing
     if queueing is None or queueing.state == QueueState.ADMITTED:
         return None
-    attempt = facts.observed.of_attempt(facts.gang.attempt)
-    live = [p for p in attempt if p.state in ACTIVE_STATES and not p.terminating]
+    live = facts.observed.live_of_attempt(facts.gang.attempt)
     if queueing.state == QueueState.EVICTED and live:
         # Kueue's eviction (priority preemption, quota reclaimed, a check retracted) is an interruption
         # the trainers did not cause: a preemption, after which the gang waits to be admitted again;
