@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from localcluster import controlplane, fakenodes, hostnet, images, kueue
 from localcluster.layout import HERE, REAL_NODES, Layout
@@ -189,7 +190,7 @@ class Cluster:
         hostnet.prepare_for_pods()
         self.node.dir.mkdir(parents=True, exist_ok=True)
         self.node.start(before_kubelet=lambda: self._import_pause(self.node))
-        self.kubectl("wait", "--for=condition=Ready", f"node/{self.node.real.name}", "--timeout=120s")
+        self.wait_node_ready(self.node.real.name, timeout=120)
 
     def _import_pause(self, node: Node) -> None:
         # containerd must already hold the sandbox image when the kubelet asks for one: nothing can pull it.
@@ -201,7 +202,7 @@ class Cluster:
         machine of the same name. It holds the images it was given (`share_image`) before."""
         step = time.monotonic()
         node.start(before_kubelet=lambda: self._import_pause(node))
-        self.kubectl("wait", "--for=condition=Ready", f"node/{node.real.name}", "--timeout=120s")
+        self.wait_node_ready(node.real.name, timeout=120)
         _log(f"real node {node.real.name} ready in {time.monotonic() - step:.1f}s")
 
     def lose_node(self, node: Node) -> None:
@@ -238,15 +239,17 @@ class Cluster:
         archive.unlink()
         buildah.remove(image)
 
+    def wait_node_ready(self, name: str, timeout: float) -> None:
+        """Wait until the kubelet has registered node `name` and it is Ready (`kubectl wait` fails at once
+        on a node not registered yet, which a kubelet under load may not have done)."""
+        self.wait_nodes_ready(1, f"kubernetes.io/hostname={name}", timeout)
+
     def wait_nodes_ready(self, count: int, label: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         ready = 0
         while time.monotonic() < deadline:
             nodes = json.loads(self.kubectl("get", "nodes", "-l", label, "-o", "json"))["items"]
-            ready = sum(
-                1 for n in nodes
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
-            )  # fmt: skip
+            ready = sum(1 for n in nodes if _ready(n))
             if ready >= count:
                 return
             self.check_alive()
@@ -312,3 +315,8 @@ class Cluster:
             if not out.strip():
                 return
             time.sleep(0.5)
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

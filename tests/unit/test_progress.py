@@ -11,7 +11,16 @@ from dtjob.api import DistributedTrainingJobSpec
 from dtjob.core.frameworks import Gang
 from dtjob.core.names import JobRef
 from dtjob.core.plan import Event
-from dtjob.core.progress import Phase, Report, judge, received, slow_ranks, stall_message, summary
+from dtjob.core.progress import (
+    Phase,
+    Report,
+    judge,
+    received,
+    slow_ranks,
+    stall_message,
+    summary,
+    wake_delay,
+)
 from dtjob.core.render import render_children, render_pod
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, manifest, pods_of, running, service_of
 from tests.support.plan import after, plan_for
@@ -305,3 +314,10 @@ def test_avoided_nodes_are_kept_out_of_every_node_selector_term_of_the_template(
         ]
         == terms
     )
+
+
+def test_a_report_wakes_its_job_at_once_when_news_or_due_and_otherwise_at_the_end_of_the_interval() -> None:
+    assert wake_delay(news=False, woken=None, now=100.0, interval=30.0) == 0.0  # the job's first report
+    assert wake_delay(news=True, woken=95.0, now=100.0, interval=30.0) == 0.0  # a new pod or phase
+    assert wake_delay(news=False, woken=60.0, now=100.0, interval=30.0) == 0.0  # the interval is over
+    assert wake_delay(news=False, woken=95.0, now=100.0, interval=30.0) == 25.0  # owed, not dropped

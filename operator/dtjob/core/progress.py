@@ -108,6 +108,16 @@ def received(ledger: Ledger | None, attempt: int, pod: str, report: Report, now:
     return Ledger(attempt, pods)
 
 
+def wake_delay(news: bool, woken: float | None, now: float, interval: float) -> float:
+    """Seconds until a report should wake its job's loop: 0 for news (a new pod, a new phase) or once
+    `interval` has passed since the last wake at `woken`, else the rest of the interval. Reports in
+    between are not dropped: they ride on that later wake, so the last report of a burst reaches the
+    status too."""
+    if news or woken is None:
+        return 0.0
+    return max(0.0, woken + interval - now)
+
+
 def summary(ledger: Ledger, rank_zero: str) -> Progress:
     """status.progress from the ledger: rank 0's report, or the most advanced pod's until rank 0 reports."""
     lead = ledger.pods.get(rank_zero) or max(ledger.pods.values(), key=lambda p: (p.report.step, p.pod))

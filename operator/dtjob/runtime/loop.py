@@ -80,6 +80,8 @@ def end_job(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:
         del runtime.jobs[key]
         runtime.ledgers.pop(key, None)
         runtime.progress_woken.pop(key, None)
+        if (due := runtime.progress_due.pop(key, None)) is not None:
+            due.cancel()
 
 
 def _start_loop(runtime: Runtime, key: JobKey, memory: JobMemory) -> None:

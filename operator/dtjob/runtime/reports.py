@@ -3,12 +3,14 @@ report into the job's ledger, and the job's loop woken when the report is news."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
 
 from dtjob.core import progress
 from dtjob.core.names import ATTEMPT_LABEL
+from dtjob.kube.caches import JobKey
 from dtjob.kube.intake import Reporter
 from dtjob.kube.reads import PodIdentity
 from dtjob.runtime.state import Runtime, wake
@@ -31,7 +33,8 @@ def reporter(runtime: Runtime, identity: PodIdentity) -> Reporter | None:
 
 def take_report(runtime: Runtime, reporter: Reporter, report: progress.Report) -> None:
     """Into the job's ledger; the job's loop is woken by the first report of an attempt or of a pod, by
-    a change of phase, and otherwise at most every progress_status_seconds (each wake may write status)."""
+    a change of phase, and otherwise at most every progress_status_seconds (each wake may write status):
+    a report in between wakes it at the end of that interval."""
     key = (reporter.namespace, reporter.job)
     before = runtime.ledgers.get(key)
     ledger = progress.received(before, reporter.attempt, reporter.pod, report, datetime.now(UTC))
@@ -42,7 +45,17 @@ def take_report(runtime: Runtime, reporter: Reporter, report: progress.Report) -
         before.pods.get(reporter.pod) if before is not None and before.attempt == ledger.attempt else None
     )
     news = previous is None or previous.report.phase != report.phase
-    woken = runtime.progress_woken.get(key)
-    if news or woken is None or time.monotonic() - woken >= runtime.config.progress_status_seconds:
-        runtime.progress_woken[key] = time.monotonic()
-        wake(runtime, key)
+    interval = runtime.config.progress_status_seconds
+    delay = progress.wake_delay(news, runtime.progress_woken.get(key), time.monotonic(), interval)
+    if delay <= 0:
+        _wake_for_progress(runtime, key)
+    elif key not in runtime.progress_due:
+        loop = asyncio.get_running_loop()
+        runtime.progress_due[key] = loop.call_later(delay, _wake_for_progress, runtime, key)
+
+
+def _wake_for_progress(runtime: Runtime, key: JobKey) -> None:
+    if (due := runtime.progress_due.pop(key, None)) is not None:
+        due.cancel()  # a no-op when it is the one firing now
+    runtime.progress_woken[key] = time.monotonic()
+    wake(runtime, key)

@@ -65,6 +65,8 @@ class Runtime:
     """The trainers' latest progress reports, by job (their current attempt's)."""
     progress_woken: dict[JobKey, float] = field(default_factory=dict)
     """When a report last woke the job's loop (monotonic): reports alone write its status only so often."""
+    progress_due: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
+    """The wake owed to reports that came before progress_status_seconds had passed."""
     intake: Intake | None = None
     kube: Kube = field(init=False)
     """The way to the apiserver: its gate is fenced while this replica does not lead."""
