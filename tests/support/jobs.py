@@ -162,6 +162,24 @@ def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.
     return items
 
 
+def pod_story(core: client.CoreV1Api, namespace: str, pod: str) -> str:
+    """What a pod that does not get going shows: its phase, conditions, containers' states and events."""
+    try:
+        found = core.read_namespaced_pod(pod, namespace)
+    except client.ApiException as err:
+        return f"pod {pod}: {err.status} {err.reason}"
+    status = found.status
+    conditions = "; ".join(
+        f"{c.type}={c.status} {c.reason or ''} {c.message or ''}" for c in status.conditions or []
+    )
+    containers = "; ".join(f"{c.name}: {c.state}" for c in status.container_statuses or [])
+    events = "; ".join(f"{e.reason}: {e.message}" for e in events_of(core, namespace, pod))
+    return (
+        f"pod {pod} on {found.spec.node_name}: {status.phase}; conditions: {conditions}; "
+        f"containers: {containers}; events: {events}"
+    )
+
+
 def still_there(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> bool:
     try:
         return bool(core.read_namespaced_pod(pod.metadata.name, namespace).metadata.uid == pod.metadata.uid)
