@@ -23,7 +23,7 @@ from localcluster import Cluster
 from localcluster.kueue import WAIT_FOR_PODS_READY
 from tests.support.ddp_digits import EXAMPLE
 from tests.support.jobs import Jobs
-from tests.support.kueue import kueue_objects, workload_of
+from tests.support.kueue import kueue_objects, release_workloads, workload_of
 from tests.support.operator import running_operator
 from tests.support.sharing import sharing
 from tests.support.waiting import wait_for
@@ -65,6 +65,7 @@ def queue(kueue_c: Cluster, objects: client.CustomObjectsApi, namespace: str) ->
     ):  # fmt: skip
         apply(plural, {"apiVersion": f"{KUEUE}/v1beta1", **body}, where)
     yield "team"
+    release_workloads(objects, namespace)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
 
 

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from localcluster import Cluster, Tier, sim
 from tests.support.jobs import Jobs, pytorch_job
-from tests.support.kueue import kueue_objects, workload_of
+from tests.support.kueue import kueue_objects, release_workloads, workload_of
 from tests.support.paths import REPO
 from tests.support.sharing import sharing
 from tests.support.tiers import at_tier
@@ -73,6 +73,7 @@ def queue(
                           "metadata": {"name": "team", "namespace": namespace},
                           "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
     yield "team"
+    release_workloads(objects, namespace)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
 
 
@@ -430,6 +431,7 @@ def dws_queue(
                           "metadata": {"name": "dws", "namespace": namespace},
                           "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
     yield check
+    release_workloads(objects, namespace)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "admissionchecks", check)
 
@@ -488,7 +490,7 @@ def test_a_failed_provisioning_is_retried_as_kueue_says_and_never_charged_to_the
 
 
 def test_the_kueue_examples_admit_the_example_job(
-    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, namespace: str
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str
 ) -> None:
     docs = [
         d
@@ -506,6 +508,7 @@ def test_the_kueue_examples_admit_the_example_job(
         r["count"] for r in next(d for d in docs if d["kind"] == "DistributedTrainingJob")["spec"]["replicas"]
     )
     jobs.wait_pods(job, count, phase="Running", timeout=90)
+    release_workloads(objects, namespace)
 
 
 def test_a_job_that_cannot_start_gives_its_quota_back_and_a_queue_label_that_names_no_queue_is_invalid(
@@ -683,3 +686,40 @@ def test_the_workload_follows_its_job_a_template_changed_while_suspended_and_a_q
     wait_for(lambda: not objects.list_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads",
              label_selector="training.dtjob.io/job-name=astray")["items"], "its Workload deleted")  # fmt: skip
     assert jobs.condition("astray", "Queued")["reason"] == "NotQueued"
+
+
+def test_a_deleted_jobs_workload_holds_its_quota_until_its_last_trainer_is_gone(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """Kueue counts a Workload's quota until the Workload is gone: deleted with its job, it stays (the
+    operator's `resource-in-use` finalizer) while a trainer still runs down, and goes with the last one.
+    The trainer still saving is a pod held by a finalizer of the test's own."""
+    jobs.create(queued_job("held", queue))
+    jobs.wait_pods("held", 2, phase="Running", timeout=90)
+    wait_for(lambda: reserved(objects, namespace, queue) == {"nvidia.com/gpu": "16"}, "16 GPUs reserved")
+    name = workload_of(objects, namespace, "held")["metadata"]["name"]
+    saving = {"metadata": {"finalizers": ["test.dtjob.io/saving"]}}
+    jobs.core.patch_namespaced_pod("held-master-0", namespace, saving)
+    jobs.api.delete_namespaced_custom_object(
+        "training.dtjob.io", "v1alpha1", namespace, "distributedtrainingjobs", "held"
+    )
+
+    def workload() -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = objects.get_namespaced_custom_object(
+                KUEUE, "v1beta1", namespace, "workloads", name
+            )
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    wait_for(lambda: [p.metadata.name for p in jobs.core.list_namespaced_pod(namespace).items] == ["held-master-0"]
+             and (w := workload()) is not None and w["metadata"].get("deletionTimestamp"),
+             "the job gone, one trainer and its Workload being deleted", timeout=60)  # fmt: skip
+    wait_for(lambda: reserved(objects, namespace, queue) == {"nvidia.com/gpu": "16"}, "the quota still held")
+    jobs.core.patch_namespaced_pod("held-master-0", namespace, {"metadata": {"finalizers": None}})  # saved
+    wait_for(lambda: workload() is None, "the Workload gone with the last trainer", timeout=60)
+    wait_for(lambda: reserved(objects, namespace, queue) == {}, "the quota handed back")

@@ -31,6 +31,8 @@ GROUP: Final = "kueue.x-k8s.io"
 VERSION: Final = "v1beta1"
 WORKLOADS: Final = "workloads"
 WORKLOAD_NAME_PREFIX: Final = 252 - 5  # an object name's 253 characters, less '-' and the hash
+# On every Workload dtjob makes, as on Kueue's own integrations' (core/workload_release.py).
+RESOURCE_IN_USE: Final = f"{GROUP}/resource-in-use"
 RESOURCE_FLAVORS: Final = "resourceflavors"
 LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
@@ -217,6 +219,7 @@ def render_workload(
             "labels": job_labels(ref),
             "annotations": {POD_SETS_ANNOTATION: pod_sets_digest(spec["podSets"])},
             "ownerReferences": [ref.owner_reference()],
+            "finalizers": [RESOURCE_IN_USE],
         },
         "spec": spec,
     }

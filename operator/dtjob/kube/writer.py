@@ -224,13 +224,13 @@ class Writer:
 
     def patch_workload(self, namespace: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch a Workload (spec.active: false, Kueue evicts it and admits it no more; true, it queues
-        again; its podSets and queue, onto the version read). Gone with its job (404) or changed since
-        (409): left to the next pass, which sees it."""
+        again; its podSets and queue, onto the version read; its finalizers). Gone with its job (404) or
+        changed since (409): left to the next pass, which sees it."""
         deadline = self._gate.write()
         try:
-            meta = dict(patch["metadata"])
-            name = meta.pop("name")
-            body = {"metadata": meta, "spec": patch["spec"]} if meta else {"spec": patch["spec"]}
+            meta = {k: v for k, v in patch["metadata"].items() if k != "name"}
+            name = patch["metadata"]["name"]
+            body = {k: v for k, v in patch.items() if k != "metadata"} | ({"metadata": meta} if meta else {})
             custom().patch_namespaced_custom_object(
                 kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, body, **deadline
             )

@@ -19,6 +19,7 @@ from dtjob.kube import leader, schema
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.intake import Intake
 from dtjob.runtime.loop import job_seen
+from dtjob.runtime.release import children_changed, release_finalizers
 from dtjob.runtime.reports import reporter, take_report
 from dtjob.runtime.state import Runtime, runtime_of, wake
 from dtjob.settings import from_env, kopf_run_namespaces
@@ -124,12 +125,19 @@ async def _start_reading(
     runtime.caches = Caches(
         config.namespaces,
         on_job=lambda key, body: job_seen(runtime, key, body),
-        on_children=lambda key: wake(runtime, key),
+        on_children=functools.partial(_children_changed, runtime),
         on_pod=pod_seen,
         on_node_trouble=wake_jobs_on,
         kueue_served=runtime.kueue_served,
     )
     runtime.caches.start()
+    if runtime.kueue_served:
+        runtime.release = asyncio.create_task(release_finalizers(runtime), name="Workload finalizers")
+
+
+def _children_changed(runtime: Runtime, key: JobKey) -> None:
+    wake(runtime, key)
+    children_changed(runtime, key)
 
 
 @kopf.on.probe(id="readers")
@@ -167,8 +175,9 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
         runtime.election.cancel()  # releases the Lease, so a standby takes over at once
         with contextlib.suppress(asyncio.CancelledError):
             await runtime.election
-    if runtime.schema_watch is not None:
-        runtime.schema_watch.cancel()
+    for task in (runtime.schema_watch, runtime.release):
+        if task is not None:
+            task.cancel()
     if runtime.intake is not None:
         await runtime.intake.stop()
     if runtime.caches is not None:

@@ -18,6 +18,7 @@ from dtjob.api import KIND
 from dtjob.core.gke import autopilot_cluster
 from dtjob.core.observed import nodes_to_judge, owned_by
 from dtjob.core.plan import Event, Plan
+from dtjob.core.workload_release import being_deleted
 from dtjob.core.world import GkeFacts, KueueFacts
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
@@ -192,7 +193,12 @@ def _pass_inputs(
         json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
     ]
     children, overdue = children_seen(uid, others, pods, memory.created, now)
-    workloads = [w for w in (json.loads(w) for w in caches.workloads.of(key)) if owned_by(w, uid)]
+    # One being deleted is gone for the pass (runtime/release.py sees it out), as for Kueue's integrations.
+    workloads = [
+        w
+        for w in (json.loads(w) for w in caches.workloads.of(key))
+        if owned_by(w, uid) and not being_deleted(w)
+    ]
     routes = dict(caches.routes.get(key[0], {}))
     served = runtime.kueue_served
     queue = KueueFacts(

@@ -68,6 +68,10 @@ class Runtime:
     progress_due: dict[JobKey, asyncio.TimerHandle] = field(default_factory=dict)
     """The wake owed to reports that came before progress_status_seconds had passed."""
     intake: Intake | None = None
+    release_due: set[JobKey] = field(default_factory=set)
+    """Jobs with a Workload being deleted (runtime/release.py), looked at when `release_wake` is set."""
+    release_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Task[None] | None = None
     kube: Kube = field(init=False)
     """The way to the apiserver: its gate is fenced while this replica does not lead."""
 
