@@ -42,8 +42,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [resourceclaimtemplates]
   verbs: [create, patch]
 # A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended, its
-# podSets and queue kept the job's while it holds no quota, deleted once the job leaves Kueue; its
-# status patched to hand an evicted gang's quota back and to mark it Finished.
+# podSets and queue kept the job's while it holds no quota, deleted once the job leaves Kueue, its
+# resource-in-use finalizer removed once no pod of the job holds resources; its status patched to hand an evicted gang's quota back and to mark it Finished.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list, watch, create, patch, delete]
