@@ -340,10 +340,14 @@ def cluster_queue_active(objects: client.CustomObjectsApi, name: str) -> bool:
     )
 
 
-def test_a_topology_request_puts_the_whole_gang_in_one_block(
+@pytest.mark.parametrize("asked", [True, False], ids=["a block asked for", "implicit TAS"])
+def test_tas_places_the_gang_in_one_block_when_asked_and_places_a_gang_that_asked_nothing_too(
     kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi,
-    core: client.CoreV1Api, namespace: str,
+    core: client.CoreV1Api, namespace: str, asked: bool,
 ) -> None:  # fmt: skip
+    """Kueue's Topology Aware Scheduling places the gang: in one block when the job asks for it; in a
+    ClusterQueue of TAS flavors only, a job that asks nothing is placed too (implicit TAS: its pods must
+    say so for Kueue's ungater to take them)."""
     apply = kueue_objects(objects)
     suffix = uuid.uuid4().hex[:8]
     topology, flavor = f"blocks-{suffix}", f"h100-blocks-{suffix}"
@@ -370,7 +374,7 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
         # 10 nodes' worth: more than the smallest block (8 nodes), which Kueue would fill first otherwise.
         # A Master and 9 Workers, scheduled alike: one podSet of the whole gang (docs/kueue.md).
         job["spec"]["replicas"] = pytorch_job("compact", workers=9, master=True)["spec"]["replicas"]
-        for replica in job["spec"]["replicas"]:
+        for replica in job["spec"]["replicas"] if asked else []:
             replica["template"]["metadata"] = {"annotations": {f"{KUEUE}/podset-required-topology": BLOCK}}
         jobs.create(job)
         try:
@@ -382,15 +386,22 @@ def test_a_topology_request_puts_the_whole_gang_in_one_block(
             raise AssertionError(
                 f"{timed_out}\nworkload status: {workload.get('status')}\npods: {gated}"
             ) from None
-        # Kueue was asked: on an empty fleet its TAS packs a gang anyway, so the placement alone says little.
+        assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one
+        assert {p.metadata.labels["training.dtjob.io/role"] for p in pods} == {"Master", "Worker"}
         workload = workload_of(objects, namespace, "compact")
+        if not asked:
+            assert [(ps["name"], ps.get("topologyRequest")) for ps in workload["spec"]["podSets"]] == [
+                ("master", None), ("worker", None)]  # fmt: skip
+            assert all(
+                p.metadata.annotations[f"{KUEUE}/podset-unconstrained-topology"] == "true" for p in pods
+            )
+            return
+        # Kueue was asked: on an empty fleet its TAS packs a gang anyway, so the placement alone says little.
         assert [
             (ps["name"], ps["count"], ps["topologyRequest"]["required"]) for ps in workload["spec"]["podSets"]
         ] == [("gang", 10, BLOCK)]
-        assert {p.metadata.labels["training.dtjob.io/role"] for p in pods} == {"Master", "Worker"}
         blocks = {core.read_node(p.spec.node_name).metadata.labels[BLOCK] for p in pods}
         assert len(blocks) == 1, {p.metadata.name: p.spec.node_name for p in pods}
-        assert all(not p.spec.scheduling_gates for p in pods)  # Kueue's ungater placed each one
     finally:
         objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
 

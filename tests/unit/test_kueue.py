@@ -361,6 +361,32 @@ def test_roles_asking_for_one_topology_and_scheduled_alike_are_one_pod_set_of_th
         assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
 
 
+def test_pods_placed_by_implicit_tas_say_so_and_those_asked_for_a_topology_need_not() -> None:
+    """A ClusterQueue of TAS flavors only places a gang that asked for nothing (implicit TAS): Kueue's
+    ungater then takes only pods annotated unconstrained, as Kueue's own integrations annotate them."""
+    unconstrained = kueue.UNCONSTRAINED_TOPOLOGY_ANNOTATION
+    for job, marked in ((QUEUED, True), (with_topology(QUEUED, 0, 1), False)):
+        plan = queued_pass(job, [], None)
+        assert plan.workload is not None
+        admitted = {
+            **plan.workload,
+            "status": workload(("QuotaReserved", "True"), ("Admitted", "True"))["status"],
+        }
+        admitted["status"]["admission"] = {
+            "clusterQueue": "gpus",
+            "podSetAssignments": [
+                {"name": ps["name"], "flavors": {"nvidia.com/gpu": "h100"}, "count": ps["count"],
+                 "topologyAssignment": {"levels": ["kubernetes.io/hostname"], "domains": []}}
+                for ps in plan.workload["spec"]["podSets"]
+            ],
+        }  # fmt: skip
+        pods = queued_pass(job, [], admitted).create
+        assert len(pods) == 3
+        for pod in pods:
+            assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
+            assert (pod["metadata"]["annotations"].get(unconstrained) == "true") is marked, pod["metadata"]
+
+
 def test_a_workload_of_the_previous_release_with_a_pod_set_per_role_still_places_each_roles_pods() -> None:
     """Admitted before the upgrade (a podSet per role, ranked by replica-index): the pods the new
     operator creates for it take their own role's podSet, not a gang podSet the Workload does not have."""

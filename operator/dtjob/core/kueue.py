@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from dtjob.api import GROUP as API_GROUP
 from dtjob.api import KIND
+from dtjob.core.kueue_waiting import inactive, waiting_for, where
 from dtjob.core.names import RANK_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
 
 GROUP: Final = "kueue.x-k8s.io"
@@ -280,9 +281,9 @@ def read(
             "Workloads) when it started: install Kueue, then restart the operator"
         )
         return Queueing(queue, State.PENDING, message=message)
-    where = _where(queue, routes)
+    place = where(queue, routes)
     if workload is None:
-        return Queueing(queue, State.MISSING, message=f"creating its Workload in {where}")
+        return Queueing(queue, State.MISSING, message=f"creating its Workload in {place}")
     status = workload.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     admission = status.get("admission")
@@ -310,59 +311,21 @@ def read(
             return Queueing(queue, State.PENDING, workload, cluster_queue, problem, active=active)
         message = f"admitted by ClusterQueue {cluster_queue}"
         return Queueing(queue, State.ADMITTED, workload, cluster_queue, message, pod_sets, active)
-    waiting = (
-        _waiting_for(where, cluster_queue, said("QuotaReserved"), status) if active else _inactive(status)
-    )
+    waiting = waiting_for(place, cluster_queue, said("QuotaReserved"), status) if active else inactive(status)
     return Queueing(queue, State.PENDING, workload, cluster_queue, waiting, active=active)
-
-
-def _inactive(status: Mapping[str, Any]) -> str:
-    """Why a Workload is inactive: a rejected admission check, the eviction Kueue deactivated it with
-    (waitForPodsReady's requeuing limit), or the job's suspension."""
-    rejected = [
-        f"{check.get('name')}: {check.get('message') or 'Rejected'}"
-        for check in status.get("admissionChecks") or []
-        if check.get("state") == "Rejected"
-    ]
-    evicted: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), {}
-    )
-    return "the Workload is inactive: " + (
-        f"Kueue deactivated it (admission check {'; '.join(rejected)})" if rejected
-        else str(evicted.get("message") or "") or "the job is suspended, or Kueue deactivated it"
-    )  # fmt: skip
-
-
-def _where(queue: str, routes: Mapping[str, str] | None) -> str:
-    """The LocalQueue and, once read, the ClusterQueue it hands its Workloads to (the one whose quota counts)."""
-    if routes is None:
-        return f"LocalQueue {queue}"
-    if queue not in routes:
-        return f"LocalQueue {queue} (no such LocalQueue in the job's namespace)"
-    return f"LocalQueue {queue} (ClusterQueue {routes[queue]})"
-
-
-def _waiting_for(where: str, cluster_queue: str | None, quota_message: str, status: Mapping[str, Any]) -> str:
-    if cluster_queue is None:
-        return f"waiting in {where} for quota" + (f": {quota_message}" if quota_message else "")
-    checks = [
-        f"{check.get('name')}: {check.get('state')}"
-        + (f" ({check['message']})" if check.get("message") else "")
-        for check in status.get("admissionChecks") or []
-        if check.get("state") != "Ready"
-    ]
-    return f"quota reserved in ClusterQueue {cluster_queue}; waiting for admission checks: " + (
-        "; ".join(checks) or "none pending yet"
-    )
 
 
 def _pod_sets(
     workload: Mapping[str, Any], admission: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]]
 ) -> tuple[dict[str, PodSetInfo], str | None]:
     """Each podSet's additions, as jobframework's getPodSetsInfoFromStatus builds them: the flavors'
-    nodeLabels and tolerations, the podSet label and the Workload annotation, then every admission
-    check's podSetUpdates for it. A flavor the operator has not seen yet: the pods wait for it."""
+    nodeLabels and tolerations, the podSet label and the Workload annotation, TAS's gate (and, placed by
+    implicit TAS, the unconstrained-topology annotation), then every admission check's podSetUpdates. A flavor the operator has not seen yet: the pods wait for it."""
     infos: dict[str, PodSetInfo] = {}
+    requests = {
+        ps.get("name"): ps.get("topologyRequest") or {}
+        for ps in (workload.get("spec") or {}).get("podSets") or []
+    }
     for assignment in admission.get("podSetAssignments") or []:
         name = str(assignment["name"])
         info = PodSetInfo(
@@ -370,6 +333,10 @@ def _pod_sets(
         )
         if assignment.get("topologyAssignment"):
             info.scheduling_gates.append({"name": f"{GROUP}/topology"})
+            if all(requests.get(name, {}).get(k) is None for k in ("required", "preferred", "unconstrained")):
+                # Implicit TAS (a ClusterQueue of TAS flavors only, nothing asked): Kueue's ungater takes a
+                # pod only when it says it is placed by TAS, as Kueue's own integrations mark it.
+                info.annotations[UNCONSTRAINED_TOPOLOGY_ANNOTATION] = "true"
         for flavor_name in dict.fromkeys((assignment.get("flavors") or {}).values()):
             flavor = flavors.get(flavor_name)
             if flavor is None:

@@ -259,11 +259,13 @@ def _lister(namespaced: Lister, cluster_wide: Lister, namespace: str | None) -> 
 
 
 def _workload_entry(workload: dict[str, Any]) -> tuple[JobKey, str]:
-    """A Workload as a pass reads it: without its podSets (their templates are the pods')."""
+    """A Workload as a pass reads it: its podSets without their templates (those are the pods')."""
     meta = workload["metadata"]
     job = (meta["namespace"], (meta.get("labels") or {}).get(JOB_NAME_LABEL, ""))
     kept = without_managed_fields(workload)
-    kept["spec"] = {k: v for k, v in (workload.get("spec") or {}).items() if k != "podSets"}
+    spec = workload.get("spec") or {}
+    pod_sets = [{k: v for k, v in ps.items() if k != "template"} for ps in spec.get("podSets") or []]
+    kept["spec"] = {**spec, "podSets": pod_sets}
     return job, compact(kept)
 
 
