@@ -467,9 +467,14 @@ def provisioner_says(objects: client.CustomObjectsApi, namespace: str, name: str
 def test_the_provisioning_check_holds_the_gang_until_capacity_is_provisioned(
     operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str, dws_queue: str
 ) -> None:
-    jobs.create(queued_job("dws", "dws"))
+    job = queued_job("dws", "dws")
+    job["metadata"]["annotations"] = {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "600"}  # DWS's limit
+    jobs.create(job)
     request = f"{wait_for(lambda: workload_of(objects, namespace, 'dws'), 'its Workload')['metadata']['name']}-{dws_queue}-1"
-    wait_for(lambda: provisioning_request(objects, namespace, request), f"ProvisioningRequest {request}")
+    made = wait_for(
+        lambda: provisioning_request(objects, namespace, request), f"ProvisioningRequest {request}"
+    )
+    assert made["spec"].get("parameters") == {"maxRunDurationSeconds": "600"}, made["spec"]
     wait_for(lambda: f"{dws_queue}: Pending" in (jobs.condition("dws", "Queued") or {}).get("message", ""),
              "the job Queued on the pending check")  # fmt: skip
     assert jobs.pods("dws") == []

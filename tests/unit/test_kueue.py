@@ -361,6 +361,16 @@ def test_roles_asking_for_one_topology_and_scheduled_alike_are_one_pod_set_of_th
         assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == "h100-pool"
 
 
+def test_the_jobs_provisioning_request_parameters_reach_its_workload_and_no_other_annotation() -> None:
+    annotations = {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "600", "team.example.com/owner": "ml"}
+    job = {**QUEUED, "metadata": {**QUEUED["metadata"], "annotations": annotations}}
+    plan = queued_pass(job, [], None)
+    assert plan.workload is not None
+    assert {
+        k: v for k, v in plan.workload["metadata"]["annotations"].items() if k != kueue.POD_SETS_ANNOTATION
+    } == {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "600"}
+
+
 def test_pods_placed_by_implicit_tas_say_so_and_those_asked_for_a_topology_need_not() -> None:
     """A ClusterQueue of TAS flavors only places a gang that asked for nothing (implicit TAS): Kueue's
     ungater then takes only pods annotated unconstrained, as Kueue's own integrations annotate them."""

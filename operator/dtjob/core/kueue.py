@@ -34,6 +34,7 @@ WORKLOADS: Final = "workloads"
 WORKLOAD_NAME_PREFIX: Final = 252 - 5  # an object name's 253 characters, less '-' and the hash
 # On every Workload dtjob makes, as on Kueue's own integrations' (core/workload_release.py).
 RESOURCE_IN_USE: Final = f"{GROUP}/resource-in-use"
+PROVISIONING_PARAMETER_PREFIX: Final = "provreq.kueue.x-k8s.io/"
 RESOURCE_FLAVORS: Final = "resourceflavors"
 LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
@@ -218,12 +219,23 @@ def render_workload(
             "name": workload_name(ref),
             "namespace": ref.namespace,
             "labels": job_labels(ref),
-            "annotations": {POD_SETS_ANNOTATION: pod_sets_digest(spec["podSets"])},
+            "annotations": {
+                **_provisioning_parameters(job),
+                POD_SETS_ANNOTATION: pod_sets_digest(spec["podSets"]),
+            },
             "ownerReferences": [ref.owner_reference()],
             "finalizers": [RESOURCE_IN_USE],
         },
         "spec": spec,
     }
+
+
+def _provisioning_parameters(job: Mapping[str, Any]) -> dict[str, str]:
+    """The job's `provreq.kueue.x-k8s.io/*` annotations, which Kueue's provisioning check passes to the
+    ProvisioningRequest as parameters (GKE's DWS reads `maxRunDurationSeconds`): on the Workload, as
+    jobframework copies them from its jobs."""
+    annotations = job["metadata"].get("annotations") or {}
+    return {k: str(v) for k, v in annotations.items() if k.startswith(PROVISIONING_PARAMETER_PREFIX)}
 
 
 def _one_topology_domain(pods: Sequence[Mapping[str, Any]]) -> bool:
