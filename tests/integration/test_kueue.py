@@ -739,3 +739,28 @@ def test_a_deleted_jobs_workload_holds_its_quota_until_its_last_trainer_is_gone(
     jobs.core.patch_namespaced_pod("held-master-0", namespace, {"metadata": {"finalizers": None}})  # saved
     wait_for(lambda: workload() is None, "the Workload gone with the last trainer", timeout=60)
     wait_for(lambda: reserved(objects, namespace, queue) == {}, "the quota handed back")
+
+
+def test_a_priority_class_changed_while_the_job_waits_reaches_its_workload(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """As Kueue's integrations follow a changed priority-class label while the job is not admitted: the job
+    waits in a LocalQueue that does not exist, so its Workload never holds quota."""
+    apply = kueue_objects(objects)
+    for name, value in (("dtjob-test-low", 10), ("dtjob-test-high", 1000)):
+        apply("workloadpriorityclasses", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "WorkloadPriorityClass",
+                                          "metadata": {"name": name}, "value": value})  # fmt: skip
+    jobs.create(queued_job("waits", "no-such-queue", "dtjob-test-low"))
+    wait_for(
+        lambda: workload_of(objects, namespace, "waits")["spec"].get("priority") == 10, "the Workload at 10"
+    )
+    jobs.patch("waits", {"metadata": {"labels": {f"{KUEUE}/priority-class": "dtjob-test-high"}}})
+    spec = wait_for(
+        lambda: (s := workload_of(objects, namespace, "waits")["spec"]) and s.get("priority") == 1000 and s,
+        "the Workload at the new class's value",
+    )
+    assert (spec["priorityClassName"], spec["priorityClassSource"]) == (
+        "dtjob-test-high",
+        f"{KUEUE}/workloadpriorityclass",
+    )

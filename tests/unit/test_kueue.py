@@ -3,6 +3,7 @@ admission adds to each pod, an eviction counted as a preemption, the quota hande
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dtjob.core import kueue
@@ -245,6 +246,38 @@ def test_the_workload_carries_the_value_of_the_priority_class_the_job_names() ->
     missing = plan_for(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
     assert missing.workload is None and missing.requeue_after == 30.0
     assert "priority class high" in condition(after(job, missing), "Invalid")["message"]
+
+
+def test_a_priority_class_label_changed_while_the_job_waits_reaches_its_workload_but_not_once_it_holds_quota() -> (
+    None
+):
+    """As Kueue's integrations follow the label while the job is not admitted (the class is immutable
+    once quota is reserved)."""
+
+    def labelled(priority: str) -> dict[str, Any]:
+        labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue.PRIORITY_CLASS_LABEL: priority}
+        return {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": labels}}
+
+    low = kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "low", 10)
+    made = plan_for(labelled("low"), [], NOW, priority=low).workload
+    assert made is not None
+    pending = {**workload(("QuotaReserved", "False")), "spec": made["spec"]}
+    high = kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high")
+    assert needs_for(labelled("high"), [], NOW, workload=pending, flavors=FLAVORS) == Needs(priority=high)
+    plan = plan_for(
+        labelled("high"), [], NOW, workload=pending, flavors=FLAVORS, priority=replace(high, value=1000)
+    )
+    assert plan.workload_spec is not None
+    assert plan.workload_spec["metadata"]["resourceVersion"] == "7"
+    assert {k: plan.workload_spec["spec"][k] for k in ("priorityClassName", "priorityClassSource", "priority")} == {
+        "priorityClassName": "high", "priorityClassSource": kueue.WORKLOAD_PRIORITY_SOURCE, "priority": 1000}  # fmt: skip
+    # Unchanged, or held: nothing to read, nothing written.
+    assert queued_pass(labelled("low"), [], pending).workload_spec is None
+    admitted = {
+        **workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True),
+        "spec": made["spec"],
+    }
+    assert plan_for(labelled("high"), [], NOW, workload=admitted, flavors=FLAVORS).workload_spec is None
 
 
 def test_without_a_workload_priority_class_the_pods_priority_class_is_the_workloads() -> None:

@@ -48,7 +48,13 @@ from dtjob.core.workload import (
     workload_to_create,
     workload_to_delete,
 )
-from dtjob.core.workload_match import label_waits, queue_in_force, queue_name_problem
+from dtjob.core.workload_match import (
+    label_waits,
+    priority_may_change,
+    priority_moved,
+    queue_in_force,
+    queue_name_problem,
+)
 from dtjob.core.world import Needs, World
 from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwanted, requeue_after
 
@@ -124,14 +130,21 @@ def _inputs_needed(
     world: World, spec: DistributedTrainingJobSpec, old: JobStatus, queueing: kueue.Queueing | None
 ) -> Needs | None:
     """What the pass lacks to decide, as far as it can tell before deciding: the cluster's Network objects
-    (a profile that needs them, once an attempt), the priority class a Workload to create carries."""
+    (a profile that needs them, once an attempt), the priority class a Workload to create carries, or
+    the class a queued job now names that its Workload, holding no quota, does not carry yet."""
     networks = needs_gke_facts(spec, old, world.gke)
     priority = None
-    if _workload_to_make(queueing, old):
+    making = _workload_to_make(queueing, old)
+    if making or priority_may_change(queueing):
         members = Gang.of(JobRef.of(world.job), spec, old.attempt)  # the priority class is the template's
         wanted = kueue.priority_class_of(world.job, [render_pod(members, m) for m in members.members])
         given = world.kueue.priority
-        if given is None or not given.answers(wanted):
+        moved = (
+            queueing is not None
+            and queueing.workload is not None
+            and priority_moved(queueing.workload, wanted)
+        )
+        if (making or moved) and (given is None or not given.answers(wanted)):
             priority = wanted
     return Needs(networks=networks, priority=priority) if networks or priority else None
 
@@ -183,7 +196,7 @@ def _plan(
         apply=service,
         workload=workload_to_create(world.job, gang, queueing, new, world.kueue.priority),
         workload_status=workload_status(queueing, gang, observed, new, world.now),
-        workload_spec=workload_spec(world.job, gang, queueing, one.spec, old),
+        workload_spec=workload_spec(world.job, gang, queueing, one.spec, old, world.kueue.priority),
         relabel=relabel,
         delete=[delete for delete, _ in planned_deletes]
         + policy_unwanted(one.spec, observed)

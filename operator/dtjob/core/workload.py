@@ -15,7 +15,7 @@ from dtjob.core.observed import Observed
 from dtjob.core.plan import Delete
 from dtjob.core.render import render_pod, render_spare
 from dtjob.core.views import PodState
-from dtjob.core.workload_match import follows_job, holds_quota
+from dtjob.core.workload_match import follows_job, holds_quota, priority_patch
 
 # The Workload condition Kueue's waitForPodsReady reads (an admitted Workload without it True is evicted
 # at the timeout), with jobframework's reasons and messages (reconciler.go: generatePodsReadyCondition).
@@ -62,13 +62,15 @@ def workload_spec(
     queueing: kueue.Queueing | None,
     spec: DistributedTrainingJobSpec,
     old: JobStatus,
+    priority: kueue.Priority | None = None,
 ) -> dict[str, Any] | None:
     """A merge patch of the Workload (its name in metadata) that keeps it the job's, as Kueue's job
     integrations keep theirs: spec.active false while the job is suspended, true again on its resume only
     (a Workload Kueue itself deactivated, a rejected admission check say, stays as Kueue left it); and,
     while it holds no quota, its queue and podSets those of the job's pods now (a template changed while
-    suspended, a queue label changed while queued: Kueue's updateWorkloadToMatchJob), onto the version
-    read. Named as found: a Workload made by an earlier release keeps the name it was given."""
+    suspended, a queue label changed while queued: Kueue's updateWorkloadToMatchJob) and the priority
+    class the job names now (`priority`, read by the pass), onto the version read. Named as found: a
+    Workload made by an earlier release keeps the name it was given."""
     if queueing is None or queueing.workload is None or queueing.state == kueue.State.FINISHED:
         return None
     workload = queueing.workload
@@ -85,6 +87,9 @@ def workload_spec(
             annotations=rendered["metadata"]["annotations"],
         )
         patch["spec"].update(queueName=queueing.queue, podSets=rendered["spec"]["podSets"])
+    if not holds_quota(workload) and (moved := priority_patch(workload, priority)):
+        patch["metadata"]["resourceVersion"] = workload["metadata"].get("resourceVersion")
+        patch["spec"].update(moved)
     return patch if patch["spec"] else None
 
 

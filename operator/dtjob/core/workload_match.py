@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, queue_of
+from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, Priority, Queueing, State, queue_of
 
 
 def holds_quota(workload: Mapping[str, Any] | None) -> bool:
@@ -76,3 +76,36 @@ def queue_name_problem(job: Mapping[str, Any]) -> str | None:
         f"metadata.labels[{QUEUE_LABEL}]: {queue!r} cannot name a LocalQueue: a LocalQueue's name is a "
         "DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
     )
+
+
+def priority_may_change(queueing: Queueing | None) -> bool:
+    """Whether the job's Workload takes a new priority class now: it exists, is not finished, and holds no
+    quota (Kueue's schema fixes the class once quota is reserved)."""
+    if queueing is None or queueing.workload is None or queueing.state == State.FINISHED:
+        return False
+    return not holds_quota(queueing.workload)
+
+
+def priority_moved(workload: Mapping[str, Any], wanted: Priority) -> bool:
+    """Whether the job names a class (its priority-class label or its pods' priorityClassName) other than the
+    Workload's, as Kueue's integrations follow a changed label while the job waits. A job that names none
+    keeps the class its Workload was made with (the cluster's default then)."""
+    if wanted.global_default:
+        return False
+    spec = workload.get("spec") or {}
+    return (spec.get("priorityClassSource"), spec.get("priorityClassName")) != (
+        wanted.source,
+        wanted.class_name,
+    )
+
+
+def priority_patch(workload: Mapping[str, Any], given: Priority | None) -> dict[str, Any]:
+    """The Workload's spec fields for the class read (`given`, when the pass asked for one that moved and
+    it exists), or nothing."""
+    if given is None or given.value is None or not priority_moved(workload, given):
+        return {}
+    return {
+        "priorityClassName": given.class_name,
+        "priorityClassSource": given.source,
+        "priority": given.value,
+    }
