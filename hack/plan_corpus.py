@@ -41,6 +41,8 @@ def writes(job: dict[str, Any], plan: Plan, asked: Needs | None) -> dict[str, An
     """What the operator does with a plan, and the reads the core asked for first, in a form that does not
     depend on how the core shapes them (as the record's Plan did, when it carried the read-again flags)."""
     whole = dataclasses.asdict(plan)
+    if whole["job_labels"] is None:  # a field later than the record: absent unless used
+        del whole["job_labels"]
     stored = job.get("status") or {}
     whole["status"] = status_patch(stored, plan.status) if plan.status is not None else None
     asked = asked or Needs()

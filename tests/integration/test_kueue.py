@@ -764,3 +764,34 @@ def test_a_priority_class_changed_while_the_job_waits_reaches_its_workload(
         "dtjob-test-high",
         f"{KUEUE}/workloadpriorityclass",
     )
+
+
+def test_a_job_created_without_a_queue_goes_to_the_namespaces_default_local_queue(
+    kueue_cluster: Cluster, operator: KopfRunner, jobs: Jobs, objects: client.CustomObjectsApi, namespace: str,
+    queue: str,
+) -> None:  # fmt: skip
+    """Kueue's LocalQueueDefaulting (on by default since v0.12), as its webhooks apply it to the jobs of its
+    own integrations: a job created with no queue label in a namespace with a LocalQueue named `default`
+    is queued there. A probe too big for the quota waits in it first, saying the operator has read it."""
+    cluster_queue = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "localqueues", queue)
+    cluster_queue_name = cluster_queue["spec"]["clusterQueue"]
+    kueue_objects(objects)("localqueues", {"apiVersion": f"{KUEUE}/v1beta1", "kind": "LocalQueue",
+                                           "metadata": {"name": "default"},
+                                           "spec": {"clusterQueue": cluster_queue_name}}, namespace)  # fmt: skip
+    probe = queued_job("probe", "default")
+    probe["spec"]["replicas"] = pytorch_job("probe", workers=6, master=True)["spec"][
+        "replicas"
+    ]  # 56 GPUs > 48
+    jobs.create(probe)
+    wait_for(lambda: f"(ClusterQueue {cluster_queue_name})" in (jobs.condition("probe", "Queued") or {}).get("message", ""),
+             "the operator to know the default LocalQueue", timeout=60)  # fmt: skip
+    jobs.delete("probe")
+    plain = pytorch_job("plain", workers=1, master=True)
+    jobs.create(plain)
+    labelled = wait_for(
+        lambda: (jobs.get("plain")["metadata"].get("labels") or {}).get(f"{KUEUE}/queue-name"),
+        "the queue label",
+    )
+    assert labelled == "default"
+    jobs.wait_condition("plain", "Admitted", timeout=60)
+    assert workload_of(objects, namespace, "plain")["spec"]["queueName"] == "default"

@@ -8,9 +8,10 @@ import copy
 from typing import Any
 
 from dtjob.core import kueue
+from dtjob.core.plan import Plan
 from dtjob.core.workload_match import follows_job, holds_quota, queue_in_force
 from tests.support.builders import NOW, pods_of, running, service_of
-from tests.support.kueue import FLAVORS, QUEUED, workload
+from tests.support.kueue import FLAVORS, JOB, QUEUED, workload
 from tests.support.plan import after, condition, plan_for
 
 PENDING = ("QuotaReserved", "False")
@@ -149,3 +150,19 @@ def test_a_workload_follows_its_job_when_queue_and_pod_sets_digest_match() -> No
     rendered = plan_for(QUEUED, [], NOW).workload
     assert rendered is not None and follows_job(rendered, rendered)
     assert not follows_job({**rendered, "spec": {**rendered["spec"], "queueName": "other"}}, rendered)
+
+
+def test_a_new_job_without_a_queue_goes_to_the_namespaces_default_local_queue_as_kueue_defaults_it() -> None:
+    """Kueue's LocalQueueDefaulting (on by default since v0.12): the label is recorded on the job before
+    anything else, and the next pass queues it. A job that has a status (the operator acted on it), names a
+    queue, or lives where no LocalQueue is named `default` is left as it is."""
+    routes = {"default": "shared-gpus", "team-a-gpus": "gpus"}
+    defaulted = plan_for(JOB, [], NOW, routes=routes)
+    assert defaulted == Plan(job_labels={kueue.QUEUE_LABEL: "default"}, requeue_after=0.0)
+    labelled = relabelled(JOB, "default")
+    assert plan_for(labelled, [], NOW, routes=routes).workload is not None  # queued in it now
+    assert plan_for(JOB, [], NOW, routes={"team-a-gpus": "gpus"}).job_labels is None
+    assert plan_for(QUEUED, [], NOW, routes=routes).job_labels is None
+    started = after(JOB, plan_for(JOB, [], NOW))  # created before the default queue: runs unqueued
+    assert plan_for(started, [], NOW, routes=routes).job_labels is None
+    assert plan_for(JOB, [], NOW, kueue_served=False).job_labels is None

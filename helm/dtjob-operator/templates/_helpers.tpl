@@ -18,6 +18,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{/* The rules the operator needs in each namespace it watches. No `*` verbs, no Secrets. */}}
 {{- define "dtjob.namespacedRules" -}}
+# The jobs: patched for a legacy finalizer's removal and the default LocalQueue's label (docs/kueue.md).
 - apiGroups: [training.dtjob.io]
   resources: [distributedtrainingjobs]
   verbs: [get, list, watch, patch, delete]
@@ -43,7 +44,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: [create, patch]
 # A queued job's Kueue Workload: created by the operator, deactivated while the job is suspended, its
 # podSets and queue kept the job's while it holds no quota, deleted once the job leaves Kueue, its
-# resource-in-use finalizer removed once no pod of the job holds resources; its status patched to hand an evicted gang's quota back and to mark it Finished.
+# resource-in-use finalizer removed once no pod of the job holds resources; its status patched to hand
+# an evicted gang's quota back and to mark it Finished.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list, watch, create, patch, delete]

@@ -66,6 +66,9 @@ class Plan:
     workload_status: dict[str, Any] | None = None
     """A merge patch of the Workload's status subresource (its resourceVersion a precondition): the quota
     handed back once an evicted gang is gone, or Finished once the job is."""
+    job_labels: dict[str, str] | None = None
+    """Labels to add to the job itself, onto the version read, before anything else: the queue Kueue
+    would default a new job into (workload_match.default_queue). The pass writes nothing else."""
     requeue_after: float | None = None
     """Seconds until a time-based check is due (deadline, TTL, backoff, scheduling timeout, a grace on a
     pod running out); 0 when the next pass has work already (the teardown after a restart is recorded)."""

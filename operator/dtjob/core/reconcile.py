@@ -49,6 +49,7 @@ from dtjob.core.workload import (
     workload_to_delete,
 )
 from dtjob.core.workload_match import (
+    default_queue,
     label_waits,
     priority_may_change,
     priority_moved,
@@ -89,6 +90,8 @@ def reconcile(world: World) -> Plan | Needs:
         return _invalid(old, "\n".join(problems), now, generation)
     if (problem := queue_name_problem(job)) is not None:
         return _invalid(old, problem, now, generation)
+    if (defaulted := default_queue(job, world.kueue.routes)) is not None:
+        return Plan(job_labels={kueue.QUEUE_LABEL: defaulted}, requeue_after=0.0)  # recorded first
     observed = observe(world.children, now, world.nodes)
     unqueued = bool(observed.live_of_attempt(old.attempt)) and not old.is_true(ConditionType.ADMITTED)
     queueing = _queueing(world, unqueued)

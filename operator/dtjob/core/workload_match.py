@@ -109,3 +109,19 @@ def priority_patch(workload: Mapping[str, Any], given: Priority | None) -> dict[
         "priorityClassSource": given.source,
         "priority": given.value,
     }
+
+
+# The LocalQueue a new job without a queue label is put in where its namespace has one so named: Kueue's
+# LocalQueueDefaulting (beta and on by default since v0.12), which its webhooks apply to every job they admit.
+DEFAULT_LOCAL_QUEUE: Final = "default"
+
+
+def default_queue(job: Mapping[str, Any], routes: Mapping[str, str] | None) -> str | None:
+    """The queue label a job just created gets, as Kueue's webhooks default one (jobframework's
+    ApplyDefaultLocalQueue): none named, no status yet (the operator has never acted on it), and a
+    LocalQueue named `default` in its namespace; or None."""
+    if routes is None or queue_of(job) is not None or job.get("status"):
+        return None
+    if (job["metadata"].get("labels") or {}).get(QUEUE_LABEL) is not None:
+        return None  # named, but empty: left as the user wrote it
+    return DEFAULT_LOCAL_QUEUE if DEFAULT_LOCAL_QUEUE in routes else None

@@ -286,6 +286,24 @@ class Writer:
             if err.status not in (404, 409):
                 raise
 
+    def label_job(self, job: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
+        """Add labels to the job, onto the version of it the pass decided on: the job as written, or None
+        when it changed since (409: the next pass decides again)."""
+        meta = job["metadata"]
+        patch = {"metadata": {"labels": dict(labels), "resourceVersion": meta["resourceVersion"]}}
+        deadline = self._gate.write()
+        try:
+            written = custom().patch_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, **deadline
+            )
+        except client.ApiException as err:
+            if err.status == 409:
+                return None
+            if err.status == 404:
+                raise JobGone from None
+            raise
+        return cast(dict[str, Any], written)
+
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         deadline = self._gate.write()
         try:
@@ -331,6 +349,13 @@ class Writer:
         meta = job["metadata"]
         namespace = meta["namespace"]
         done = Executed()
+        if plan.job_labels:
+            try:
+                done.job = self.label_job(job, plan.job_labels)
+            except JobGone:
+                done.gone = True
+            done.conflict = done.job is None and not done.gone
+            return done
         for service in plan.apply:
             self.apply(service)
         if plan.workload is not None:
