@@ -52,6 +52,18 @@ def kueue_stopped_after_the_module(local_cluster: Cluster) -> Iterator[None]:
         local_cluster.down_kueue()
 
 
+@pytest.fixture(autouse=True)
+def workloads_released(
+    kueue_cluster: Cluster, objects: client.CustomObjectsApi, namespace: str
+) -> Iterator[None]:
+    """After each test, once its operator (which watches its namespace only) has stopped: the operator's
+    finalizer taken off the namespace's Workloads, as docs/kueue.md says to by hand, before the namespace
+    goes. Left on, a Workload admitted but not yet ready (a test that ends as soon as its pods run) would
+    stay for good, and with waitForPodsReady's blockAdmission hold every later admission (seen once)."""
+    yield
+    release_workloads(objects, namespace)
+
+
 @pytest.fixture
 def queue(
     kueue_cluster: Cluster, crd: dict[str, Any], objects: client.CustomObjectsApi, namespace: str
@@ -73,7 +85,6 @@ def queue(
                           "metadata": {"name": "team", "namespace": namespace},
                           "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
     yield "team"
-    release_workloads(objects, namespace)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
 
 
@@ -442,7 +453,6 @@ def dws_queue(
                           "metadata": {"name": "dws", "namespace": namespace},
                           "spec": {"clusterQueue": cluster_queue}}, namespace)  # fmt: skip
     yield check
-    release_workloads(objects, namespace)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)
     objects.delete_cluster_custom_object(KUEUE, "v1beta1", "admissionchecks", check)
 
@@ -524,7 +534,6 @@ def test_the_kueue_examples_admit_the_example_job(
         r["count"] for r in next(d for d in docs if d["kind"] == "DistributedTrainingJob")["spec"]["replicas"]
     )
     jobs.wait_pods(job, count, phase="Running", timeout=90)
-    release_workloads(objects, namespace)
 
 
 def test_a_job_that_cannot_start_gives_its_quota_back_and_a_queue_label_that_names_no_queue_is_invalid(
