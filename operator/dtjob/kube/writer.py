@@ -256,20 +256,11 @@ class Writer:
         version of the job it decided on: the job as written, or None when it changed since (409): nothing
         was written, and the pass must decide again."""
         meta = job["metadata"]
-        patch = status_patch(job.get("status"), status)
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
-        deadline = self._gate.write()
-        try:
-            written = custom().patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, **deadline
-            )
-        except client.ApiException as err:
-            if err.status == 409:
-                return None
-            if err.status == 404:
-                raise JobGone from None
-            raise
-        return cast(dict[str, Any], written)
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": status_patch(job.get("status"), status),
+        }
+        return self._patch_job(job, body, custom().patch_namespaced_custom_object_status)
 
     def drop_finalizer(self, job: Mapping[str, Any], finalizer: str) -> None:
         """Remove one finalizer from the job (its resourceVersion as the guard: a conflict is retried by the
@@ -289,13 +280,18 @@ class Writer:
     def label_job(self, job: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
         """Add labels to the job, onto the version of it the pass decided on: the job as written, or None
         when it changed since (409: the next pass decides again)."""
+        body = {"metadata": {"labels": dict(labels), "resourceVersion": job["metadata"]["resourceVersion"]}}
+        return self._patch_job(job, body, custom().patch_namespaced_custom_object)
+
+    def _patch_job(
+        self, job: Mapping[str, Any], body: Mapping[str, Any], patch: Callable[..., Any]
+    ) -> dict[str, Any] | None:
+        """A guarded merge patch of the job (`patch`: of the object or of its status): the job as written, or
+        None on a conflict (409); JobGone when it is deleted."""
         meta = job["metadata"]
-        patch = {"metadata": {"labels": dict(labels), "resourceVersion": meta["resourceVersion"]}}
         deadline = self._gate.write()
         try:
-            written = custom().patch_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, **deadline
-            )
+            written = patch(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], dict(body), **deadline)
         except client.ApiException as err:
             if err.status == 409:
                 return None
