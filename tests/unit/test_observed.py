@@ -51,6 +51,14 @@ def failed_with_status_reason(reason: str) -> dict[str, Any]:
     return pod
 
 
+def rejected_by_kubelet(reason: str) -> dict[str, Any]:
+    """As the kubelet leaves a pod it refused at admission: Failed, no container status."""
+    message = (
+        f"Pod was rejected: Predicate {reason} failed: node(s) didn't match Pod's node affinity/selector"
+    )
+    return {**running(POD), "status": {"phase": "Failed", "reason": reason, "message": message}}
+
+
 def unknown(pod: dict[str, Any]) -> dict[str, Any]:
     return {**running(pod), "status": {"phase": "Unknown"}}
 
@@ -81,6 +89,10 @@ def unknown(pod: dict[str, Any]) -> dict[str, Any]:
                      id="graceful node shutdown as Kubernetes 1.21 reported it is a preemption"),
         pytest.param(failed_with_status_reason("NodeShutdown"), None, PodState.PREEMPTED, "NodeShutdown",
                      id="a pod rejected because its node is shutting down is a preemption"),
+        pytest.param(rejected_by_kubelet("NodeAffinity"), None, PodState.PREEMPTED, "NodeAffinity",
+                     id="a pod the kubelet rejected before it ran (it had not seen the label yet) is a preemption"),
+        pytest.param(rejected_by_kubelet("UnexpectedAdmissionError"), None, PodState.PREEMPTED, "UnexpectedAdmissionError",
+                     id="a pod the kubelet rejected because its device plugin was away is a preemption"),
         pytest.param(disrupted_while_running(POD, "EvictionByEvictionAPI"), None, PodState.READY, "",
                      id="a DisruptionTarget on a pod nobody deleted is a plan that may be dropped, not yet a preemption"),
         pytest.param(deleting(disrupted_while_running(POD, "EvictionByEvictionAPI")), None, PodState.PREEMPTED, "EvictionByEvictionAPI",

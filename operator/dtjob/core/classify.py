@@ -43,6 +43,10 @@ DISRUPTION_REASONS: Final = frozenset(
 # status.reason of pods the kubelet ended: graceful node shutdown (Terminated; Shutdown before 1.22),
 # rejected while the node shuts down (NodeShutdown), node-pressure eviction (Evicted).
 DISRUPTED_POD_REASONS: Final = frozenset({"Terminated", "Shutdown", "NodeShutdown", "Evicted"})
+# The message of a pod the kubelet refused at admission, before any container ran (kubelet.go: rejectPod;
+# status.reason is the failed check: NodeAffinity when the kubelet has not yet seen a label the scheduler
+# placed it by, OutOfcpu, UnexpectedAdmissionError when a device plugin restarts...): the node's doing.
+KUBELET_REJECTED: Final = "Pod was rejected: "
 # A node whose kubelet stopped reporting is already NotReady for the node-monitor grace period (40-50 s);
 # a collective cannot progress without it, but a network blip should not cost a restart: a minute more.
 NODE_NOT_READY_GRACE: Final = timedelta(seconds=60)
@@ -93,6 +97,12 @@ def _disrupted(facts: _Facts) -> Classification | None:
         return PodState.PREEMPTED, str(target["reason"]), str(target.get("message", ""))
     if facts.phase == "Failed" and facts.reason in DISRUPTED_POD_REASONS:
         return PodState.PREEMPTED, facts.reason, facts.message
+    if (
+        facts.phase == "Failed"
+        and facts.message.startswith(KUBELET_REJECTED)
+        and not facts.trainer.get("state")
+    ):
+        return PodState.PREEMPTED, facts.reason or "Rejected", facts.message
     return None
 
 
