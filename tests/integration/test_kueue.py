@@ -706,6 +706,8 @@ def test_the_workload_follows_its_job_a_template_changed_while_suspended_and_a_q
 
     jobs.create(queued_job("astray", "no-such-queue"))
     wait_for(lambda: workload_of(objects, namespace, "astray"), "the queued job's Workload")
+    # Recorded as queued first (the Workload is created before the status is written in the same pass).
+    jobs.wait_condition("astray", "Queued", status="True")
     jobs.patch("astray", {"metadata": {"labels": {f"{KUEUE}/queue-name": None}}})
     jobs.wait_pods("astray", 2, phase="Running", timeout=60)
     wait_for(lambda: not objects.list_namespaced_custom_object(KUEUE, "v1beta1", namespace, "workloads",
