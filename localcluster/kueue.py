@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from localcluster.crds import wait_established
 from localcluster.layout import Layout, write_if_changed
 from localcluster.pki import server_certificate
 from localcluster.procs import Processes
@@ -107,7 +108,7 @@ def start(layout: Layout, procs: Processes, kubectl: Kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(config / "crd"),
             "-f", str(config / "provisioningrequests.yaml"))  # fmt: skip
     crds = [f"crd/{path.stem.split('_', 1)[1]}.{GROUP}" for path in sorted((config / "crd").glob("*.yaml"))]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, f"crd/{PROVISIONING_REQUESTS}")
+    wait_established(kubectl, [*crds, f"crd/{PROVISIONING_REQUESTS}"])
     kubectl(
         "apply",
         "-f",

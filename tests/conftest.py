@@ -25,6 +25,7 @@ import yaml
 
 from hack.current import CurrentCluster, pinned_kubeconfig
 from localcluster import Cluster, Tier
+from localcluster.crds import wait_established
 from localcluster.layout import Layout
 from tests.support.durations import DurationReport
 from tests.support.paths import CRD_FILE
@@ -218,7 +219,7 @@ def crd(cluster_a: Cluster) -> dict[str, Any]:
     local_cluster = cluster_a
     local_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     name = yaml.safe_load(CRD_FILE.read_text())["metadata"]["name"]
-    local_cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    wait_established(local_cluster.kubectl, [name])
     # Established can precede discovery by a moment: wait until kubectl can list the resource.
     wait_for(lambda: local_cluster.kubectl("get", "dtj", "-A") is not None, "the dtj short name in discovery")
     return yaml.safe_load(CRD_FILE.read_text())

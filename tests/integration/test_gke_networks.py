@@ -16,6 +16,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 
 from localcluster import Cluster, sim
+from localcluster.crds import wait_established
 from tests.support.jobs import Jobs, events_of, pytorch_job, status_of
 from tests.support.paths import REPO
 from tests.support.waiting import wait_for
@@ -54,7 +55,7 @@ def add_networks(
     def add(*names: str) -> None:
         cluster_b.kubectl("apply", "-f", str(NETWORK_CRD))
         crd = yaml.safe_load(NETWORK_CRD.read_text())["metadata"]["name"]
-        cluster_b.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        wait_established(cluster_b.kubectl, [crd])
         for name in names:
             body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Network", "metadata": {"name": name},
                     "spec": {"type": "Device"}}  # fmt: skip
