@@ -26,10 +26,11 @@ from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
 from localcluster.layout import REAL_NODE_NAME
-from tests.support.ddp_digits import result_line
+from tests.support.ddp_digits import RESULT, result_line
 from tests.support.jobs import Jobs, dump, events_of, evict, pod_story, status_of
 from tests.support.operator import running_operator
 from tests.support.paths import REPO
+from tests.support.reads import wait_event, wait_log
 from tests.support.waiting import wait_for
 
 # torchrun's rendezvous and restarts on two busy cores: the gang restarted instead of taking its member
@@ -114,6 +115,7 @@ def test_an_evicted_worker_of_an_elastic_gang_is_replaced_while_the_others_train
         assert pods[worker[2]].metadata.uid != uids[worker[2]]
         assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods.values()} == {"1"}
         jobs.wait_condition(name, "Succeeded", timeout=600)
+        wait_event(core, namespace, name, "MemberReplaced")
 
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (
@@ -146,7 +148,7 @@ def test_an_elastic_gang_whose_lost_worker_finds_no_place_finishes_on_fewer(
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]["total"], status["restarts"]["replacements"]) == (1, 0, 1)
     # Worker 0 trained to the end as one of two ranks; the replacement never ran.
-    log = core.read_namespaced_pod_log(worker[0], namespace)
+    log = wait_log(core, namespace, worker[0], RESULT)  # the whole log: the result line comes last
     joins = re.findall(r"as rank \d+ of (\d+)", log)
     assert joins[0] == "3" and joins[-1] == "2", joins
     assert result_line(core, namespace, worker[0])["test_accuracy"] >= 0.95

@@ -14,6 +14,7 @@ from localcluster import Cluster
 from tests.support.ddp_digits import crashing_job
 from tests.support.jobs import Jobs
 from tests.support.operator import running_operator
+from tests.support.reads import wait_event
 
 ERROR_LINE = "PermissionError: [Errno 13] Permission denied: '/etc/passwd'"
 
@@ -26,10 +27,9 @@ def test_a_crashed_trainers_error_line_reaches_the_restart_event_the_status_and_
     with running_operator(cluster_c, namespace):
         jobs.create(crashing_job("crash", image))
         failed = jobs.wait_condition("crash", "Failed", timeout=300)
+        restart = wait_event(core, namespace, "crash", "PodFailed")
     status = jobs.get("crash")["status"]
     assert status["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}
     assert status["lastRestart"]["message"].endswith(ERROR_LINE), status["lastRestart"]
     assert failed["reason"] == "BackoffLimitExceeded" and failed["message"].endswith(ERROR_LINE), failed
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=crash").items
-    restart = next(e for e in events if e.reason == "PodFailed")
     assert restart.type == "Warning" and restart.message.endswith(ERROR_LINE), restart.message

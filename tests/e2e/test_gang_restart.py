@@ -25,6 +25,7 @@ from tests.support.ddp_digits import STEPS, restart_job, result_line, result_of
 from tests.support.jobs import Jobs, evict
 from tests.support.operator import operator_taking_reports, running_operator
 from tests.support.paths import REPO
+from tests.support.reads import wait_log
 from tests.support.waiting import wait_for
 
 DISRUPT_AFTER_STEP = 100
@@ -143,8 +144,7 @@ def test_an_evicted_worker_of_an_in_place_job_is_replaced_while_the_other_trains
     pods = {p.metadata.name: p for p in jobs.pods(name)}
     assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods.values()} == {"2"}
     assert pods[f"{name}-worker-0"].metadata.uid == kept.metadata.uid, "worker 0's pod was recreated"
-    log = core.read_namespaced_pod_log(f"{name}-worker-0", namespace)
-    assert "attempt 2: training on in place" in log, log[-3000:]
+    wait_log(core, namespace, f"{name}-worker-0", "attempt 2: training on in place")
     result = result_line(core, namespace, f"{name}-worker-0")
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
@@ -197,8 +197,7 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
     labels = member.metadata.labels
     assert (labels[RANK_LABEL], labels[ATTEMPT_LABEL], SPARE_LABEL in labels) == ("0", "2", False), labels
     assert member.metadata.annotations[RENDEZVOUS_HOST_ANNOTATION].startswith(f"{spare_name}.{name}.")
-    log = core.read_namespaced_pod_log(spare_name, namespace)
-    assert "attempt 2: taking rank 0" in log, log[-3000:]
+    wait_log(core, namespace, spare_name, "attempt 2: taking rank 0")
     result = result_line(core, namespace, spare_name)
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result

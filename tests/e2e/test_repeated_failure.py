@@ -15,6 +15,7 @@ from tests.support.ddp_digits import crashing_job
 from tests.support.ddp_progress import example
 from tests.support.jobs import Jobs
 from tests.support.operator import operator_taking_reports, running_operator
+from tests.support.reads import wait_event
 
 BUG = "ValueError: rank 1 fails after step 30 (--fail-at-step)"
 # A different error every time, as a flaky dependency gives.
@@ -32,6 +33,7 @@ def test_a_trainer_failing_the_same_way_at_the_same_step_twice_fails_after_two_a
     with operator_taking_reports(cluster_c, namespace, monkeypatch):
         jobs.create(job)
         failed = jobs.wait_condition("bug", "Failed", timeout=420)
+        wait_event(core, namespace, "bug", "PodFailed", type_="Warning")
     status = jobs.get("bug")["status"]
     assert failed["reason"] == "RepeatedFailure", failed
     assert status["attempt"] == 2 and status["restarts"]["failures"] == 1, status

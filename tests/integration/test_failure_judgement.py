@@ -30,6 +30,7 @@ from tests.support.jobs import (
     still_there,
 )
 from tests.support.operator import Records, wake
+from tests.support.reads import wait_event
 from tests.support.waiting import wait_for
 
 # Longer than any test takes to play its ordering: a disruption seen ends the window at once.
@@ -208,6 +209,7 @@ def test_a_whole_node_shutdown_is_one_preemption_and_the_late_end_of_its_pod_cha
     assert jobs.condition("down", "Failed") is None
     # The next Master waited for a node, and a pod no kubelet would confirm was force-deleted: news only.
     news = ("PodUnschedulable", "ForceDeleted")
+    wait_event(core, namespace, "down", "Preempted")
     warnings = [e.reason for e in events_of(core, namespace, "down") if e.type == "Warning"]
     assert [reason for reason in warnings if reason not in news] == ["Preempted"]
 
@@ -259,9 +261,9 @@ def test_a_crash_with_nothing_disrupted_is_a_failure_whose_error_line_reaches_th
     assert status["restarts"] == {"failures": 1, "preemptions": 0, "total": 1}
     assert status["lastRestart"]["message"].endswith(error)
     assert len(status["lastRestart"]["message"]) < 800  # the tail, not the whole log
-    restart = next(e for e in events_of(core, namespace, "crash") if e.reason == "PodFailed")
+    restart = wait_event(core, namespace, "crash", "PodFailed")
     assert restart.type == "Warning" and restart.message.endswith(error)
-    settled = next(e for e in events_of(core, namespace, "crash") if e.reason == "Settling")
+    settled = wait_event(core, namespace, "crash", "Settling")
     assert "watching the gang for a disruption for up to 2s" in settled.message
 
 
@@ -290,6 +292,7 @@ def test_a_pod_the_apiserver_refuses_makes_the_job_invalid_until_the_spec_is_fix
     assert invalid["reason"] == "PodRefused" and field in invalid["message"]
     assert "].valueFrom" in invalid["message"] and "is the variable 'A'" in invalid["message"]
     assert status_of(jobs, "refused")["phase"] == "Invalid"
+    wait_event(core, namespace, "refused", "PodRefused")
     refusals = [e for e in events_of(core, namespace, "refused") if e.reason == "PodRefused"]
     assert len(refusals) == 1 and refusals[0].type == "Warning" and field in refusals[0].message
     assert jobs.pods("refused") == []

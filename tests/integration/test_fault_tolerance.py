@@ -15,6 +15,7 @@ from dtjob.core.names import ATTEMPT_LABEL, JOB_NAME_LABEL, RANK_LABEL, SPARE_LA
 from localcluster import Cluster, sim
 from tests.support.jobs import Jobs, events_of, gang_job, gang_of_attempt, status_of, still_there
 from tests.support.operator import running_operator
+from tests.support.reads import wait_event
 from tests.support.waiting import wait_for
 
 
@@ -32,6 +33,7 @@ def test_a_worker_that_exits_1_under_on_failure_restarts_the_whole_gang_once_as_
     assert (status["attempt"], status["restarts"]) == (2, {"failures": 1, "preemptions": 0, "total": 1})
     assert status["lastRestart"]["reason"] == "PodFailed"
     assert f"pod crash-worker-1: Error, exit code 1, on node {node}" in status["lastRestart"]["message"]
+    wait_event(core, namespace, "crash", "PodFailed")
     warnings = [(e.reason, e.message) for e in events_of(core, namespace, "crash") if e.type == "Warning"]
     assert [r for r, _ in warnings] == ["PodFailed"] and "attempt 2: pod crash-worker-1" in warnings[0][1]
 
@@ -178,8 +180,8 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_its_grace
         lambda: not still_there(core, namespace, doomed), "the stuck pod to be force-deleted", timeout=25
     )
     gang_of_attempt(jobs, "stuck", 2, 2)
-    forced = [e for e in events_of(core, namespace, "stuck") if e.reason == "ForceDeleted"]
-    assert forced and doomed.metadata.name in forced[0].message and own_node in forced[0].message
+    forced = wait_event(core, namespace, "stuck", "ForceDeleted")
+    assert doomed.metadata.name in forced.message and own_node in forced.message
 
 
 def test_an_operator_stopped_mid_restart_finishes_it_with_exactly_one_next_attempt(
@@ -194,6 +196,8 @@ def test_an_operator_stopped_mid_restart_finishes_it_with_exactly_one_next_attem
         sim.preempt_pod(core, namespace, "resume-worker-0")
         wait_for(lambda: status_of(jobs, "resume").get("attempt") == 2, "attempt 2 recorded in the status")
         wait_for(lambda: not jobs.pods("resume"), "the old gang deleted (one pod still terminating)")
+        # Posted after the deletes, and never once the operator stops (its writes are fenced off then).
+        wait_event(core, namespace, "resume", "Preempted")
     pods = core.list_namespaced_pod(namespace).items
     assert [(p.metadata.name, bool(p.metadata.deletion_timestamp)) for p in pods] == [
         ("resume-worker-2", True)

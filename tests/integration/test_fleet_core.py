@@ -32,6 +32,7 @@ from tests.support.namespaces import create_namespace
 from tests.support.operator import Records, running_operator, wake
 from tests.support.paths import CRD_FILE
 from tests.support.plan import plan_for
+from tests.support.reads import wait_event
 from tests.support.waiting import wait_for
 
 
@@ -55,6 +56,8 @@ def test_a_quiet_running_job_writes_nothing_when_woken(
     jobs.wait_pods("quiet", 3, phase="Running")
     jobs.wait_condition("quiet", "Running")
     wait_for(lambda: jobs.get("quiet")["status"].get("replicasReady") == "3/3", "3/3 ready in the status")
+    # The Running condition's Event, posted after that pass's status: none may land after the count.
+    wait_event(core, namespace, "quiet", "AllReplicasRunning")
     children, status, events = versions(core, namespace, "quiet"), jobs.get("quiet")["status"], events_of(core, namespace, "quiet")  # fmt: skip
     for n in range(3):
         wake(jobs, "quiet", n)
@@ -259,6 +262,7 @@ def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
     monkeypatch.setattr(dtjob.runtime.loop, "children_seen", children_once)
     jobs.create(pytorch_job("phoenix"))
     jobs.wait_pods("phoenix", 2, "Running", timeout=30)
+    wait_event(core, namespace, "phoenix", "LoopRestarted")  # posted on its own, beside the restarted loop
     restarted = [e for e in core.list_namespaced_event(namespace).items if e.reason == "LoopRestarted"]
     assert len(restarted) == 1 and "injected" in restarted[0].message, restarted
     assert restarted[0].involved_object.name == "phoenix"

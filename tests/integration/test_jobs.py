@@ -11,6 +11,7 @@ from kubernetes import client
 from localcluster import Cluster, sim
 from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
 from tests.support.operator import running_operator
+from tests.support.reads import wait_status
 from tests.support.waiting import wait_for
 
 
@@ -203,5 +204,7 @@ def test_a_job_deleted_and_created_again_under_its_name_gets_a_loop_of_its_own(
     second = {p.metadata.uid for p in jobs.wait_pods("again", 3, phase="Running")}
     job = jobs.get("again")
     assert job["metadata"]["uid"] != first_uid and not first & second
-    assert job["status"]["attempt"] == 1 and job["status"]["restarts"]["total"] == 0
+    # Its first pass creates the pods, then writes the status: the pods may run before it lands.
+    status = wait_status(jobs, "again", lambda s: "attempt" in s, "the first pass's record")
+    assert status["attempt"] == 1 and status["restarts"]["total"] == 0
     assert all(p.metadata.owner_references[0].uid == job["metadata"]["uid"] for p in jobs.pods("again"))

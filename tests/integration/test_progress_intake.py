@@ -17,6 +17,7 @@ from localcluster import Cluster
 from tests.support.http import post
 from tests.support.jobs import Jobs, pytorch_job
 from tests.support.operator import operator_taking_reports
+from tests.support.reads import wait_event
 from tests.support.service_accounts import token
 from tests.support.waiting import wait_for
 
@@ -122,8 +123,7 @@ def test_a_gang_that_stops_stepping_is_restarted_naming_the_pod_that_fell_behind
         )
         assert deadline - 2 <= waited <= deadline + 15, waited
         assert restarts(jobs, "steady") == 0
-        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck").items
-        assert any(e.reason == "ProgressDeadlineExceeded" for e in events)
+        wait_event(core, namespace, "stuck", "ProgressDeadlineExceeded")
         jobs.wait_pods("stuck", 2, phase="Running")  # attempt 2, resumed at once: no back-off
 
 

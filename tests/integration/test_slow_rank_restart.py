@@ -15,6 +15,7 @@ from localcluster import Cluster
 from tests.support.http import post
 from tests.support.jobs import Jobs, pytorch_job
 from tests.support.operator import operator_taking_reports
+from tests.support.reads import wait_event
 from tests.support.service_accounts import token
 from tests.support.waiting import wait_for
 
@@ -41,8 +42,7 @@ def test_a_rank_slow_for_long_enough_moves_the_gang_off_its_node(
         assert restart["reason"] == "SlowRank" and f"without node {slow_node}" in restart["message"], restart
         assert status["restarts"] == {"failures": 0, "preemptions": 0, "slowRanks": 1, "total": 1}, status
         assert status["avoidedNodes"] == [slow_node]
-        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=slow").items
-        assert any(e.reason == "SlowRank" and "stayed slow" in e.message for e in events)
+        wait_event(core, namespace, "slow", "SlowRank", contains="stayed slow")
 
         # The next attempt's pods run, none of them on the slow node: the real scheduler kept them off.
         def moved() -> list[client.V1Pod] | None:

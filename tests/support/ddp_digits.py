@@ -11,6 +11,7 @@ import yaml
 from kubernetes import client
 
 from tests.support.paths import REPO
+from tests.support.reads import wait_log
 
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
 # Long enough that the disruption lands mid-run whatever the machine's speed: 23 steps an epoch.
@@ -28,14 +29,19 @@ def restart_job(name: str) -> dict[str, Any]:
     return job
 
 
+# How the example's result line starts.
+RESULT = '{"event": "result"'
+
+
 def result_line(core: client.CoreV1Api, namespace: str, pod: str) -> dict[str, Any]:
-    """The JSON result the example prints last."""
-    return result_of(core.read_namespaced_pod_log(pod, namespace), pod)
+    """The JSON result the example prints last, once its log has it (a rank may still be finishing when
+    the job's status says it ended)."""
+    return result_of(wait_log(core, namespace, pod, RESULT), pod)
 
 
 def result_of(log: str, pod: str) -> dict[str, Any]:
     """The JSON result the example prints last, in `pod`'s `log`."""
-    results = [json.loads(line) for line in log.splitlines() if line.startswith('{"event": "result"')]
+    results = [json.loads(line) for line in log.splitlines() if line.startswith(RESULT)]
     assert results, f"no result line in the log of {pod}:\n{log[-3000:]}"
     return dict(results[-1])
 
