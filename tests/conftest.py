@@ -42,6 +42,7 @@ os.environ["KUBECONFIG"] = str(
 import pytest
 from kubernetes import client, config
 
+from tests.support import hygiene
 from tests.support.jobs import Jobs
 from tests.support.namespaces import create_namespace
 from tests.support.sharing import CLUSTER, LOCKS, MACHINE, owning, sharing
@@ -158,6 +159,27 @@ def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
         ):
             held.enter_context(sharing(CLUSTER))
         yield
+        if not CURRENT_CLUSTER and (
+            item.get_closest_marker(CLUSTER_WIDE) or item.get_closest_marker("kueue")
+        ):
+            check_hygiene(item, alone=item.get_closest_marker(CLUSTER_WIDE) is not None)
+
+
+def check_hygiene(item: pytest.Item, alone: bool) -> None:
+    """After a cluster-wide or Kueue test, while it still holds the cluster and its other fixtures are
+    gone: the cluster as at rest (tests/support/hygiene.py), or the test fails, naming what it left, and
+    the cluster is restored for the tests after it. The net never reruns such a test (hack/flake_net.py)."""
+    cluster = Cluster()
+    if cluster.running_tier() is None:  # taken down (the lifecycle test): nothing can have leaked
+        return
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    namespace = getattr(item, "funcargs", {}).get("namespace")
+    taken = hygiene.snapshot(api)
+    if found := hygiene.findings(taken, namespace, alone=alone):
+        done = hygiene.restore(api, cluster.kubectl, taken, namespace, alone=alone)
+        pytest.fail(
+            hygiene.message(found) + "\nrestored:\n" + "\n".join(f"  {d}" for d in done), pytrace=False
+        )
 
 
 @pytest.fixture(scope="session")

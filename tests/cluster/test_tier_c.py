@@ -17,6 +17,7 @@ from kubernetes import client
 from localcluster import Cluster, images
 from localcluster.layout import HERE
 from localcluster.node import NODE_LABEL, Node
+from tests.support.hygiene import SECOND_NODE_TAINT, SECOND_NODE_TOLERATION
 from tests.support.sharing import one_worker_at_a_time
 from tests.support.waiting import wait_for
 
@@ -148,15 +149,22 @@ def test_an_image_imported_again_under_its_tag_leaves_no_copy_of_the_old_content
 
 @pytest.fixture
 def second_node(cluster_c: Cluster, core: client.CoreV1Api) -> Iterator[Node]:
-    """The second real node, up for one test: stopped after it, its Node object and pods gone, so that no
-    other test's pod is scheduled onto it."""
+    """The second real node, up for one test and kept to it: its Node is made before its kubelet starts,
+    tainted SECOND_NODE_TAINT, which only this test's pods tolerate (a kubelet keeps the taints of a Node
+    that exists when it registers). Stopped after the test, or after a start that failed, its Node object
+    and pods gone."""
     node = cluster_c.nodes[1]
-    cluster_c.start_node(node)
     try:
+        reserve(core, node.real.name)
+        cluster_c.start_node(node)
         yield node
     finally:
         node.stop()
-        core.delete_node(node.real.name)
+        try:
+            core.delete_node(node.real.name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
         wait_for(
             lambda: (
                 not core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.real.name}").items
@@ -168,7 +176,22 @@ def second_node(cluster_c: Cluster, core: client.CoreV1Api) -> Iterator[Node]:
         )
 
 
-# A second real node takes any test's pods, and is then lost.
+def reserve(core: client.CoreV1Api, name: str) -> None:
+    """The Node `name`, tainted SECOND_NODE_TAINT, before its kubelet registers it; labelled as the kubelet
+    would (it sets its --node-labels only on a Node it creates itself)."""
+    labels = {NODE_LABEL: "true", "kubernetes.io/hostname": name}
+    try:
+        core.create_node(
+            {"metadata": {"name": name, "labels": labels}, "spec": {"taints": [SECOND_NODE_TAINT]}}
+        )
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+        # Left by a run that could not delete it: tainted and labelled all the same.
+        core.patch_node(name, {"metadata": {"labels": labels}, "spec": {"taints": [SECOND_NODE_TAINT]}})
+
+
+# A second real node joins the cluster, and is then lost.
 @pytest.mark.cluster_wide
 def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently_when_it_is_lost(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
@@ -183,6 +206,7 @@ def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently
     for pod, node in ((far, second_node), (near, cluster_c.node)):
         pod["spec"]["nodeName"] = node.real.name
         pod["spec"]["containers"][0].pop("readinessProbe")  # ready: the headless Service publishes them
+    far["spec"]["tolerations"] = [SECOND_NODE_TOLERATION]
     core.create_namespaced_pod(namespace, far)
     wait_for(
         lambda: core.read_namespaced_pod("far", namespace).status.pod_ip, "the far pod's address", timeout=60
@@ -208,7 +232,7 @@ def test_a_second_real_node_runs_pods_that_reach_the_first_nodes_and_go_silently
     assert any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
-# A second real node takes any test's pods, and is then shut down.
+# A second real node joins the cluster, and is then shut down.
 @pytest.mark.cluster_wide
 def test_a_second_real_nodes_kubelet_shuts_down_gracefully_when_its_logind_says_so(
     cluster_c: Cluster, core: client.CoreV1Api, namespace: str, probe_image: str, second_node: Node
@@ -218,6 +242,7 @@ def test_a_second_real_nodes_kubelet_shuts_down_gracefully_when_its_logind_says_
     cluster_c.share_image(probe_image)
     pod = probe_pod("reclaimed", probe_image, ["serve", "7000"])
     pod["spec"]["nodeName"] = second_node.real.name
+    pod["spec"]["tolerations"] = [SECOND_NODE_TOLERATION]
     pod["spec"]["containers"][0].pop("readinessProbe")
     core.create_namespaced_pod(namespace, pod)
     wait_for(
