@@ -7,24 +7,42 @@
   (they run while the cluster-wide ones hold the cluster), then the cluster tests.
 
 Each writes its log to .artifacts/test-<part>.log, printed when it ends; a line a minute says how far
-each has got. Then the duration report of the whole run, and the cluster taken down (unless
-DTJOB_KEEP_CLUSTER=1). Extra arguments go to both pytest processes (a path, `-k`, `-x`).
+each has got. Both get the machine's pace, measured first, which scales their liveness waits
+(tests/support/pace.py). Then the duration report of the whole run, the net (hack/flake_net.py: at most
+five failed tests rerun alone, each on a cluster the hygiene check reset), and the cluster taken down
+(unless DTJOB_KEEP_CLUSTER=1). The last line says `N passed, M flaky, K failed`. Extra arguments go to
+both parts' pytest processes (a path, `-k`, `-x`), not to the reruns, which name their test.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
+from kubernetes.config import new_client_from_config
+
+from hack import flake_net
 from localcluster import Cluster
-from tests.support.durations import ARTIFACTS, Durations, merge
+from localcluster.layout import Layout
+from tests.support import hygiene, pace
+from tests.support.durations import ARTIFACTS, REPO, Durations, merge
 
 ALONE = "cluster_wide or kueue"
 NO_TESTS = 5  # pytest's exit code when a selection holds no test
+TESTS_FAILED = 1  # pytest's exit code when tests ran and some failed (anything else: the run broke)
+LEDGER = Path(os.environ.get("DTJOB_FLAKE_LEDGER", REPO / "docs" / "flakes.md"))
+# Below this much free disk at the start, the nodes' containerd stores (which grow with every image
+# rebuilt on a long-lived machine) go, with the cluster down: each image is imported again from its
+# archive in the cache on first use.
+MIN_FREE_GIB = 20
+# The run's budget, past which liveness waits stop growing with the pace (docs/testing.md).
+BUDGET_SECONDS = float(os.environ.get("DTJOB_TEST_BUDGET_SECONDS", 3600))
 
 
 def pytest_command(part: str, workers: int, extra: list[str]) -> list[str]:
@@ -57,11 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     for stale in ARTIFACTS.glob("test-durations*"):
         stale.unlink()
     keep = os.environ.get("DTJOB_KEEP_CLUSTER") == "1"
+    disk_check(Layout.from_env())
+    probe = pace.probe_seconds()
+    paced = {
+        pace.PACE_ENV: os.environ.get(pace.PACE_ENV) or str(pace.pace_of(probe)),
+        pace.DEADLINE_ENV: str(time.time() + BUDGET_SECONDS),
+    }
+    print(
+        f"[suite] pace {paced[pace.PACE_ENV]} (probe {probe:.3f} s, reference {pace.REFERENCE_PROBE_SECONDS} s)"
+    )
     started = time.monotonic()
     running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     for part in ("alone", "shared"):
         log = ARTIFACTS / f"test-{part}.log"
-        env = {**os.environ, "DTJOB_KEEP_CLUSTER": "1", "DTJOB_DURATIONS_PART": part}
+        env = {**os.environ, **paced, "DTJOB_KEEP_CLUSTER": "1", "DTJOB_DURATIONS_PART": part}
         with log.open("wb") as out:
             process = subprocess.Popen(
                 pytest_command(part, args.workers, extra), stdout=out, stderr=subprocess.STDOUT,
@@ -87,25 +114,71 @@ def main(argv: list[str] | None = None) -> int:
                     f"{p}: {last_line(log)}" for p, (_, log) in running.items() if p not in codes
                 )
                 print(f"[suite] {time.monotonic() - started:4.0f} s  {progress}", flush=True)
+        parts = [p for p in (ARTIFACTS / f"test-durations-{part}.json" for part in running) if p.exists()]
+        report = merge(parts, time.monotonic() - started)
+        print(report.read_text())
+        tests = Durations.from_json(report.with_suffix(".json").read_text()).tests
+        print(f"[suite] {time.monotonic() - started:.0f} s; the duration report: {report}", flush=True)
+        outcome = net(tests, {**os.environ, **paced, "DTJOB_KEEP_CLUSTER": "1"})
     finally:
         for process, _ in running.values():
             if process.poll() is None:
                 process.terminate()
         if not keep:
             Cluster().down()
-    parts = [p for p in (ARTIFACTS / f"test-durations-{part}.json" for part in running) if p.exists()]
-    report = merge(parts, time.monotonic() - started)
-    print(report.read_text())
-    outcomes = [
-        str(t["outcome"]) for t in Durations.from_json(report.with_suffix(".json").read_text()).tests.values()
-    ]
-    failed = sum(o in ("failed", "error") for o in outcomes)
-    print(f"[suite] {time.monotonic() - started:.0f} s; the duration report: {report}")
-    print(f"{outcomes.count('passed')} passed, {failed} failed, {outcomes.count('skipped')} skipped")
-    ran = [code for code in codes.values() if code != NO_TESTS]
-    if not ran:
+    broken = {part: code for part, code in codes.items() if code not in (0, TESTS_FAILED, NO_TESTS)}
+    for part, code in broken.items():
+        print(f"[suite] the {part} part broke off (pytest exit {code}): see its log above")
+    print(f"[suite] {time.monotonic() - started:.0f} s in all; flakes: {ARTIFACTS / 'flakes.json'}")
+    print(outcome.line())
+    if all(code == NO_TESTS for code in codes.values()):
         return NO_TESTS
-    return max(ran)
+    return 0 if outcome.green and not broken else 1
+
+
+def disk_check(layout: Layout) -> None:
+    """Enough free disk for the run's images and logs, pruning the nodes' image stores when short."""
+    layout.cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(layout.cache).free / 2**30
+    print(f"[suite] {free:.0f} GiB free under {layout.cache}", flush=True)
+    stores = sorted(layout.cache.glob("containerd*"))
+    if free >= MIN_FREE_GIB or not stores or Cluster(layout).running_tier() is not None:
+        return
+    for store in stores:
+        shutil.rmtree(store)
+    free = shutil.disk_usage(layout.cache).free / 2**30
+    print(
+        f"[suite] the nodes' image stores pruned ({', '.join(s.name for s in stores)}): {free:.0f} GiB free"
+    )
+
+
+def net(tests: dict[str, dict[str, object]], env: dict[str, str]) -> flake_net.Outcome:
+    """The failed tests rerun alone (at most five), each after the hygiene check reset the cluster."""
+    ledger = flake_net.read_ledger(LEDGER.read_text()) if LEDGER.exists() else {}
+    reruns = iter(range(1, flake_net.MAX_RERUNS + 1))
+
+    def passes_alone(nodeid: str) -> bool:
+        index = next(reruns)
+        log = ARTIFACTS / f"test-rerun-{index}.log"
+        return flake_net.passes_alone(
+            nodeid, {**env, "DTJOB_DURATIONS_PART": f"rerun-{index}"}, log, reset_cluster
+        )
+
+    outcome = flake_net.judge(tests, passes_alone, ledger)
+    flake_net.record(outcome, ARTIFACTS, LEDGER, date.today())
+    if text := flake_net.report(outcome):
+        print(text, flush=True)
+    return outcome
+
+
+def reset_cluster() -> None:
+    """The cluster as a test finds it at rest, before a rerun (tests/support/hygiene.py)."""
+    cluster = Cluster()
+    if cluster.running_tier() is None:
+        return  # the rerun brings it up as its test needs
+    api = new_client_from_config(config_file=str(cluster.kubeconfig))
+    for done in hygiene.restore(api, cluster.kubectl, hygiene.snapshot(api), None, alone=True):
+        print(f"[net] reset: {done}", flush=True)
 
 
 if __name__ == "__main__":

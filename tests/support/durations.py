@@ -145,6 +145,7 @@ class DurationReport:
                 "tier": self.tier[nodeid],
                 "outcome": outcome,
                 "started": self.started_at.get(nodeid),
+                **({"part": self.part} if self.part else {}),
                 **({"worker": self.worker[nodeid]} if nodeid in self.worker else {}),
                 **({"why": self.why[nodeid]} if nodeid in self.why else {}),
             }

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from tests.support.pace import liveness_timeout
+
 T = TypeVar("T")
 
 
@@ -15,11 +17,16 @@ def wait_for(
     timeout: float = 30.0,
     interval: float = 0.2,
     hopeless: Callable[[], str | None] = lambda: None,
+    timing: bool = False,
 ) -> T:
     """Call `probe` until it returns a truthy value (returned) or raises nothing and time runs out.
 
     `hopeless` says why waiting on is pointless (a process it waits on has exited), failing at once.
+    The timeout is a liveness wait's, scaled by the run's pace (tests/support/pace.py); with `timing`
+    it is a claim about time (a takeover within seconds) and holds as given.
     """
+    if not timing:
+        timeout = liveness_timeout(timeout)
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
