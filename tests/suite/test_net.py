@@ -2,7 +2,9 @@
 tests in a folder of their own, its two pytest parts and its reruns real processes, no cluster (an empty
 cluster folder: nothing to reset). Each case is a defence the gate needs, shown failing where it should:
 a test that fails once and passes alone is flaky with the gate green; one that fails alone fails the gate;
-a ledgered test that flakes again fails it; a test that left the cluster dirty is never rerun."""
+a ledgered test that flakes again fails it; a test that left the cluster dirty is never rerun. Each run is
+two pytest parts and a rerun or two, a few seconds each (about a minute for the module beside the suite):
+the net is what decides whether any other test's failure parks finished work."""
 
 from __future__ import annotations
 
@@ -28,28 +30,25 @@ markers =
     kueue: toy
 """
 
-# Each fails on its first run (it leaves a mark) and passes after, unless said otherwise.
+
+def fails_once(name: str, message: str) -> str:
+    """A test that fails on its first run (it leaves a mark beside itself) and passes after."""
+    return f"""
+from pathlib import Path
+
+def test_{name}():
+    mark = Path(__file__).with_suffix(".ran")
+    if not mark.exists():
+        mark.touch()
+        raise AssertionError({message!r})
+"""
+
+
 TESTS = {
     "steady": "def test_steady():\n    pass\n",
-    "flaky": """
-from pathlib import Path
-
-def test_flaky():
-    mark = Path(__file__).with_suffix(".ran")
-    if not mark.exists():
-        mark.touch()
-        raise AssertionError("timed out after 30s waiting for the toy")
-""",
+    "flaky": fails_once("flaky", "timed out after 30s waiting for the toy"),
     "broken": "def test_broken():\n    assert 1 == 2, 'broken for good'\n",
-    "dirty": """
-from pathlib import Path
-
-def test_dirty():
-    mark = Path(__file__).with_suffix(".ran")
-    if not mark.exists():
-        mark.touch()
-        raise AssertionError("hygiene check: node kwok-x left schedulable")
-""",
+    "dirty": fails_once("dirty", "hygiene check: node kwok-x left schedulable"),
 }
 
 
