@@ -38,8 +38,9 @@ $(VENV)/.core: pyproject.toml
 		&& $(PY) -m pip install -q -e . && $(STAGE) venv $$started done
 	@touch $@
 
-build: ## Build the cluster's Go components into the cache (once per pinned version)
+build: ## Build the cluster's Go components and the suite's Go test binary into the cache (once per version)
 	@localcluster/build.sh etcd k8s kwok coredns helm kueue
+	@python3 -m hack.gitops_binary
 
 # CI builds them beside the Go components (.ci/run: one compiles, the other mostly downloads and unpacks),
 # so that the tests only import them.
