@@ -219,7 +219,7 @@ def snapshot(api_client: client.ApiClient, kueue_running: bool | None = None) ->
                 "validating": _items(hooks.list_validating_webhook_configuration)}  # fmt: skip
     classes = _items(client.SchedulingV1Api(api_client).list_priority_class)
     # A pod being deleted, or in a namespace being deleted (the namespace fixture deletes without
-    # waiting), is going: no leak.
+    # waiting), is going: no leak; so is a Workload there, unless a finalizer holds it.
     going = {
         n["metadata"]["name"] for n in _items(core.list_namespace) if n["metadata"].get("deletionTimestamp")
     }
@@ -242,8 +242,12 @@ def snapshot(api_client: client.ApiClient, kueue_running: bool | None = None) ->
         ),
         webhooks=tuple((kind, c["metadata"]["name"]) for kind, listed in webhooks.items() for c in listed),
         priority_classes=tuple((c["metadata"]["name"], bool(c.get("globalDefault"))) for c in classes),
+        # One being deleted that nothing holds (no finalizer) is going, as its namespace's pods are.
         workloads=tuple(
-            (w["metadata"]["namespace"], w["metadata"]["name"]) for w in _items(*workloads, kueue.WORKLOADS)
+            (w["metadata"]["namespace"], w["metadata"]["name"])
+            for w in _items(*workloads, kueue.WORKLOADS)
+            if w["metadata"].get("finalizers")
+            or not (w["metadata"].get("deletionTimestamp") or w["metadata"]["namespace"] in going)
         ),
         crd_digest=crd_digest(crd) if crd else None,
         pods=tuple(
