@@ -179,6 +179,11 @@ def reset_cluster() -> None:
     api = new_client_from_config(config_file=str(cluster.kubeconfig))
     for done in hygiene.restore(api, cluster.kubectl, hygiene.snapshot(api), None, alone=True):
         print(f"[net] reset: {done}", flush=True)
+    started = time.monotonic()
+    going = hygiene.settle(api)
+    print(
+        f"[net] settled in {time.monotonic() - started:.0f} s" + (f"; still going: {going}" if going else "")
+    )
 
 
 if __name__ == "__main__":

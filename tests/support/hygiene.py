@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -304,6 +305,23 @@ def restore(
             what = "deleted, its pods with it"
         done.append(f"{leak.subject}: {what}")
     return done
+
+
+def settle(api_client: client.ApiClient, timeout: float = 180.0) -> list[str]:
+    """Wait (up to `timeout`) until no namespace is being deleted: the namespace controller deleting a
+    suite's worth of them keeps the machine busy, and a test rerun alone must find it at rest (an ETA
+    judged beside that clean-up was 48 % off, 2026-12-02). Returns the namespaces still going."""
+    core = client.CoreV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while True:
+        going = sorted(
+            n["metadata"]["name"]
+            for n in _items(core.list_namespace)
+            if n["metadata"].get("deletionTimestamp")
+        )
+        if not going or time.monotonic() > deadline:
+            return going
+        time.sleep(1)
 
 
 def _body(taints: tuple[Taint, ...]) -> list[dict[str, str]]:

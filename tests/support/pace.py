@@ -18,7 +18,7 @@ PACE_ENV = "DTJOB_TEST_PACE"
 DEADLINE_ENV = "DTJOB_RUN_DEADLINE"
 
 # The probe's best time on the machine the suite's timeouts were chosen on (2 cores, idle; 2026-12-02).
-REFERENCE_PROBE_SECONDS = 0.25
+REFERENCE_PROBE_SECONDS = 0.14
 # `make test` runs three shared workers and the alone part beside the cluster on two cores: each test
 # gets about half the CPU it had when its timeouts were chosen (run alone, one after another).
 SUITE_LOAD = 2.0
