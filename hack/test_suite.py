@@ -37,10 +37,6 @@ ALONE = "cluster_wide or kueue"
 NO_TESTS = 5  # pytest's exit code when a selection holds no test
 TESTS_FAILED = 1  # pytest's exit code when tests ran and some failed (anything else: the run broke)
 LEDGER = Path(os.environ.get("DTJOB_FLAKE_LEDGER", REPO / "docs" / "flakes.md"))
-# Below this much free disk at the start, the nodes' containerd stores (which grow with every image
-# rebuilt on a long-lived machine) go, with the cluster down: each image is imported again from its
-# archive in the cache on first use.
-MIN_FREE_GIB = 20
 # The run's budget, past which liveness waits stop growing with the pace (docs/testing.md).
 BUDGET_SECONDS = float(os.environ.get("DTJOB_TEST_BUDGET_SECONDS", 3600))
 
@@ -137,18 +133,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def disk_check(layout: Layout) -> None:
-    """Enough free disk for the run's images and logs, pruning the nodes' image stores when short."""
+    """Free disk, said first (a run short of it fails in an image import, far from the cause). Nothing is
+    pruned here: an imported image's archive is gone, so a pruned node store means images rebuilt inside
+    the tests (a torch build past a test's 600 s, 2026-12-02)."""
     layout.cache.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(layout.cache).free / 2**30
-    print(f"[suite] {free:.0f} GiB free under {layout.cache}", flush=True)
-    stores = sorted(layout.cache.glob("containerd*"))
-    if free >= MIN_FREE_GIB or not stores or Cluster(layout).running_tier() is not None:
-        return
-    for store in stores:
-        shutil.rmtree(store)
-    free = shutil.disk_usage(layout.cache).free / 2**30
     print(
-        f"[suite] the nodes' image stores pruned ({', '.join(s.name for s in stores)}): {free:.0f} GiB free"
+        f"[suite] {shutil.disk_usage(layout.cache).free / 2**30:.0f} GiB free under {layout.cache}",
+        flush=True,
     )
 
 
