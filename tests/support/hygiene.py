@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -35,6 +34,7 @@ from localcluster.crds import wait_established
 from localcluster.layout import REAL_NODES
 from tests.support.jobs import OWN_NODE_TAINT
 from tests.support.paths import CRD_FILE
+from tests.support.waiting import wait_for
 
 FLEET_SIZE = 200  # Cluster.up's fake_nodes: the fleet at_tier (and `make cluster-up`) brings up
 FIRST_NODE = REAL_NODES[0].name
@@ -312,16 +312,19 @@ def settle(api_client: client.ApiClient, timeout: float = 180.0) -> list[str]:
     suite's worth of them keeps the machine busy, and a test rerun alone must find it at rest (an ETA
     judged beside that clean-up was 48 % off, 2026-12-02). Returns the namespaces still going."""
     core = client.CoreV1Api(api_client)
-    deadline = time.monotonic() + timeout
-    while True:
-        going = sorted(
+
+    def going() -> list[str]:
+        return sorted(
             n["metadata"]["name"]
             for n in _items(core.list_namespace)
             if n["metadata"].get("deletionTimestamp")
         )
-        if not going or time.monotonic() > deadline:
-            return going
-        time.sleep(1)
+
+    try:
+        wait_for(lambda: not going(), "no namespace being deleted", timeout=timeout, interval=1, timing=True)
+    except AssertionError:
+        return going()
+    return []
 
 
 def _body(taints: tuple[Taint, ...]) -> list[dict[str, str]]:
