@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from hack.current import CurrentCluster, pinned_kubeconfig
 from localcluster import Cluster, Tier
 from localcluster.crds import wait_established
 from localcluster.layout import Layout
-from tests.support.durations import DurationReport
+from tests.support.durations import LOCK_WAIT, DurationReport
 from tests.support.paths import CRD_FILE
 from tests.support.tiers import CURRENT_CLUSTER, at_tier
 from tests.support.waiting import wait_for
@@ -148,6 +149,7 @@ def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
     tests run the cluster's helm binary, which the lifecycle test would count as left behind."""
     item = request.node
     with contextlib.ExitStack() as held:
+        waiting = time.monotonic()
         # Every test shares the machine, so that a quiet one (a timing claim) runs with no other test
         # beside it: an ETA judged beside the unit tests' hypothesis runs was 37 % off (2026-12-02).
         held.enter_context(owning(MACHINE) if item.get_closest_marker(QUIET) else sharing(MACHINE))
@@ -157,6 +159,8 @@ def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
             "tests/chart/"
         ):
             held.enter_context(sharing(CLUSTER))
+        # The duration report tells the time a test waited for others from its own (tests/support/durations.py).
+        item.user_properties.append((LOCK_WAIT, round(time.monotonic() - waiting, 2)))
         yield
         if not CURRENT_CLUSTER and (
             item.get_closest_marker(CLUSTER_WIDE) or item.get_closest_marker("kueue")

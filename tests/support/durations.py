@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("DTJOB_ARTIFACTS", REPO / ".artifacts"))
 REPORT = "test-durations"
 SLOWEST = 50
+# A test's wait for the sharing locks (tests/conftest.py's cluster_lock), in its setup's time: time the
+# machine spent on other tests, told apart from the test's own.
+LOCK_WAIT = "lock_wait"
 TIERS = ("tier_c", "tier_b", "tier_a")
 
 
@@ -34,7 +37,7 @@ def tier_of(keywords: object) -> str:
 class Durations:
     wall_seconds: float = 0.0
     tests: dict[str, dict[str, object]] = field(default_factory=dict)
-    """nodeid: seconds, tier, outcome"""
+    """nodeid: seconds (lock waits included), tier, outcome, lock_wait"""
 
     def to_json(self) -> str:
         return json.dumps({"wall_seconds": round(self.wall_seconds, 1), "tests": self.tests}, indent=1)
@@ -46,26 +49,31 @@ class Durations:
 
     def render(self) -> str:
         seconds = {nodeid: float(t["seconds"]) for nodeid, t in self.tests.items()}  # type: ignore[arg-type]
-        by_folder: dict[str, list[float]] = defaultdict(list)
-        by_tier: dict[str, list[float]] = defaultdict(list)
-        for nodeid, s in seconds.items():
-            by_folder["/".join(nodeid.split("::")[0].split("/")[:2])].append(s)
-            by_tier[str(self.tests[nodeid]["tier"])].append(s)
+        waits = {nodeid: float(t.get(LOCK_WAIT) or 0) for nodeid, t in self.tests.items()}  # type: ignore[arg-type]
+        by_folder: dict[str, list[str]] = defaultdict(list)
+        by_tier: dict[str, list[str]] = defaultdict(list)
+        for nodeid in seconds:
+            by_folder["/".join(nodeid.split("::")[0].split("/")[:2])].append(nodeid)
+            by_tier[str(self.tests[nodeid]["tier"])].append(nodeid)
         total = sum(seconds.values()) or 1.0
         lines = [
-            f"# {len(seconds)} tests, {sum(seconds.values()):.0f} s of test time, {self.wall_seconds:.0f} s wall",
+            f"# {len(seconds)} tests, {sum(seconds.values()):.0f} s of test time, {self.wall_seconds:.0f} s wall;"
+            f" of the test time {sum(waits.values()):.0f} s waiting for the sharing locks",
             "",
         ]
         for title, groups in (("folder", by_folder), ("tier", by_tier)):
-            lines.append(f"## per {title}: seconds, tests, share of test time")
-            for name, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+            lines.append(
+                f"## per {title}: seconds, of which waiting for the locks, tests, share of test time"
+            )
+            for name, ids in sorted(groups.items(), key=lambda kv: -sum(seconds[n] for n in kv[1])):
+                took, waited = sum(seconds[n] for n in ids), sum(waits[n] for n in ids)
                 lines.append(
-                    f"{sum(times):8.1f} s {len(times):5d}  {100 * sum(times) / total:5.1f} %  {name}"
+                    f"{took:8.1f} s {waited:7.1f} s {len(ids):5d}  {100 * took / total:5.1f} %  {name}"
                 )
             lines.append("")
-        lines.append(f"## the {SLOWEST} slowest: seconds, tier, test")
+        lines.append(f"## the {SLOWEST} slowest: seconds, of which waiting for the locks, tier, test")
         slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
-        lines += [f"{s:8.1f} s  {self.tests[n]['tier']!s:10s}  {n}" for n, s in slowest]
+        lines += [f"{s:8.1f} s {waits[n]:7.1f} s  {self.tests[n]['tier']!s:10s}  {n}" for n, s in slowest]
         # Last, so that a log cut to its tail (CI's) still names them.
         not_passed = sorted(n for n, t in self.tests.items() if t["outcome"] != "passed")
         if not_passed:
@@ -113,6 +121,7 @@ class DurationReport:
         self.why: dict[str, str] = {}
         self.started_at: dict[str, float] = {}
         self.worker: dict[str, str] = {}
+        self.lock_wait: dict[str, float] = {}
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -124,6 +133,9 @@ class DurationReport:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         self.tier.setdefault(report.nodeid, tier_of(report.keywords))
+        for name, value in report.user_properties:
+            if name == LOCK_WAIT:
+                self.lock_wait[report.nodeid] = float(value)
         if gateway := getattr(getattr(report, "node", None), "gateway", None):
             self.worker.setdefault(report.nodeid, str(gateway.id))
         if report.when == "call" or report.outcome != "passed":
@@ -147,6 +159,7 @@ class DurationReport:
                 "started": self.started_at.get(nodeid),
                 **({"part": self.part} if self.part else {}),
                 **({"worker": self.worker[nodeid]} if nodeid in self.worker else {}),
+                **({LOCK_WAIT: self.lock_wait[nodeid]} if self.lock_wait.get(nodeid) else {}),
                 **({"why": self.why[nodeid]} if nodeid in self.why else {}),
             }
         written = durations.write(ARTIFACTS, f"{REPORT}-{self.part}" if self.part else REPORT)

@@ -69,6 +69,7 @@ def test_the_report_of_two_parts_has_every_test_the_totals_per_folder_and_tier_a
     tmp_path: Path,
 ) -> None:
     alone = report({"tests/e2e/test_x.py::test_a": (30.0, "tier_c", "passed")})
+    alone.tests["tests/e2e/test_x.py::test_a"][durations.LOCK_WAIT] = 12.5
     shared = report({
         "tests/unit/test_y.py::test_b": (1.0, "no cluster", "passed"),
         "tests/e2e/test_z.py::test_c[p]": (9.0, "tier_c", "failed"),
@@ -77,14 +78,15 @@ def test_the_report_of_two_parts_has_every_test_the_totals_per_folder_and_tier_a
     parts = [alone.write(tmp_path, "part-alone").with_suffix(".json"),
              shared.write(tmp_path, "part-shared").with_suffix(".json")]  # fmt: skip
     text = durations.merge(parts, wall_seconds=35.0, directory=tmp_path).read_text()
-    assert text.startswith("# 3 tests, 40 s of test time, 35 s wall")
-    assert "    39.0 s     2   97.5 %  tests/e2e" in text
-    assert "     1.0 s     1    2.5 %  no cluster" in text
+    assert text.startswith("# 3 tests, 40 s of test time, 35 s wall; of the test time 12 s waiting")
+    assert "    39.0 s    12.5 s     2   97.5 %  tests/e2e" in text
+    assert "     1.0 s     0.0 s     1    2.5 %  no cluster" in text
     # What did not pass comes last, with why, so that a log cut to its tail still names it.
     assert text.endswith(
         "  failed  tests/e2e/test_z.py::test_c[p]\n          call: AssertionError: 1 != 2 (test_z.py:7)\n"
     )
-    slowest = text.split("slowest: seconds, tier, test\n")[1].split("\n\n")[0].splitlines()
+    slowest = text.split("the locks, tier, test\n")[1].split("\n\n")[0].splitlines()
     assert [line.split()[-1] for line in slowest] == [
         "tests/e2e/test_x.py::test_a", "tests/e2e/test_z.py::test_c[p]", "tests/unit/test_y.py::test_b"]  # fmt: skip
+    assert slowest[0].split()[:4] == ["30.0", "s", "12.5", "s"]
     assert durations.Durations.from_json((tmp_path / "test-durations.json").read_text()).wall_seconds == 35.0
