@@ -46,6 +46,7 @@ build: ## Build the cluster's Go components and the suite's Go test binary into 
 # so that the tests only import them.
 test-images: venv ## Build the images the tests use into the image cache (rebuilt only when their content changes)
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch dtjob-trainer-tensorflow
+	$(PY) -m hack.releases prebuild
 
 cluster-up: venv build ## Bring the local cluster up (TIER=A|B|C, default C; ADDONS=kueue on B or C; REAL_NODES=2 on C)
 	$(PY) -m localcluster up --tier $(TIER) --addons "$(ADDONS)" --real-nodes $(REAL_NODES)

@@ -5,16 +5,20 @@ it like this tree's (hack.images)."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import shutil
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hack.images import Image
+from hack.images import Image, prebuild
+from localcluster.layout import Layout
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASES = REPO / "tests" / "data" / "releases"
+PREVIOUS = "0.1.0"  # the release the upgrade test (tests/e2e/test_upgrade.py) upgrades from
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,25 @@ def unpacked(version: str, cache: Path) -> Release:
         (partial / f"dtjob-{version}").rename(target)  # whole or not at all
         shutil.rmtree(partial)
     return Release(target)
+
+
+def in_cache(version: str, layout: Layout) -> Release:
+    """The release `version` unpacked in the cluster's image cache."""
+    return unpacked(version, layout.images / "releases")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make test-images` builds the previous release's operator image with this tree's, beside the Go
+    build: inside the upgrade test it took 290 s of a cold run's cluster-wide part (2026-12-02)."""
+    parser = argparse.ArgumentParser(prog="python -m hack.releases")
+    parser.add_argument("command", choices=["prebuild"])
+    parser.add_argument("versions", nargs="*", default=[PREVIOUS], metavar="VERSION")
+    args = parser.parse_args(argv)
+    layout = Layout.from_env()
+    for version in args.versions:
+        prebuild(layout, in_cache(version, layout).operator)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -29,13 +29,13 @@ from tests.support.waiting import wait_for
 # Replaces the CRD with the previous release's.
 pytestmark = pytest.mark.cluster_wide
 
-PREVIOUS = "0.1.0"
+PREVIOUS = releases.PREVIOUS
 SETTLE_SECONDS = 600  # longer than the test: a member that fails stays "settling", brokenSince set
 
 
 @pytest.fixture
 def previous(cluster_c: Cluster) -> releases.Release:
-    release = releases.unpacked(PREVIOUS, cluster_c.layout.images / "releases")
+    release = releases.in_cache(PREVIOUS, cluster_c.layout)
     images.ensure(cluster_c, release.operator)
     return release
 
