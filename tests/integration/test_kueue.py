@@ -19,9 +19,11 @@ import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from localcluster import Cluster, Tier, sim
+from localcluster import Cluster, Tier, fakenodes, sim
+from tests.support import hygiene
 from tests.support.jobs import Jobs, pytorch_job
 from tests.support.kueue import kueue_objects, release_workloads, workload_of
+from tests.support.pace import liveness_timeout
 from tests.support.paths import REPO
 from tests.support.sharing import sharing
 from tests.support.tiers import at_tier
@@ -806,3 +808,33 @@ def test_a_job_created_without_a_queue_goes_to_the_namespaces_default_local_queu
     assert labelled == "default"
     jobs.wait_condition("plain", "Admitted", timeout=60)
     assert workload_of(objects, namespace, "plain")["spec"]["queueName"] == "default"
+
+
+def test_the_hygiene_check_fails_the_test_that_left_a_node_open_and_a_workload_admitted_and_the_next_passes(
+    kueue_cluster: Cluster, core: client.CoreV1Api, objects: client.CustomObjectsApi, tmp_path: Path
+) -> None:
+    """The hygiene check (tests/conftest.py) against the real cluster and Kueue: `tests/suite/leaking.py`
+    run as the suite runs a Kueue test, in a pytest process of its own (its own locks: this test holds
+    the cluster's share). Its first test's fixture leaves a fake node open and an admitted Workload in
+    `default`; the check fails that test in its teardown, naming both, and clears them, so its second
+    test finds the cluster clean. About 20 s (a pytest start-up, a node and an admission)."""
+    index, name = 10_000 + int(uuid.uuid4().hex[:3], 16), f"leaking-{uuid.uuid4().hex[:6]}"
+    node = fakenodes.gpu_node(index)["metadata"]["name"]
+    env = {**os.environ, "DTJOB_TEST_LOCKS": str(tmp_path / "locks"), "DTJOB_ARTIFACTS": str(tmp_path),
+           "DTJOB_KEEP_CLUSTER": "1", "DTJOB_LEAKING_NODE_INDEX": str(index), "DTJOB_LEAKING_NAME": name}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rA",
+         str(REPO / "tests" / "suite" / "leaking.py")],
+        cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=liveness_timeout(180),
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "ERROR tests/suite/leaking.py::test_a_fixture_leaves_a_node_open_and_a_workload_admitted" in out, (
+        out
+    )
+    assert f"node {node}: {hygiene.OPEN_NODE}" in out, out
+    assert f"workload default/{name}: left by a test that ended" in out, out
+    assert f"workload default/{name}: finalizers removed, deleted" in out, out
+    assert "PASSED tests/suite/leaking.py::test_the_next_test_finds_the_cluster_clean" in out, out
+    assert node not in [n.metadata.name for n in core.list_node().items]
