@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from kubernetes import client
 from localcluster import Cluster, sim
 from tests.support.jobs import Jobs, gang_of_attempt, pytorch_job, status_of
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.relay import Partition, relay_kubeconfig, relay_to
 from tests.support.waiting import wait_for
 
@@ -92,11 +94,15 @@ def partition(cluster_b: Cluster) -> Iterator[Partition]:
 
 
 @contextlib.contextmanager
-def operator_through(relay: Partition, cluster: Cluster, namespace: str, log: Path) -> Iterator[None]:
-    """`dtjob run` in a process of its own whose kubeconfig dials the relay."""
+def operator_through(
+    relay: Partition, cluster: Cluster, namespace: str, log: Path, **settings: str
+) -> Iterator[None]:
+    """`dtjob run` in a process of its own whose kubeconfig dials the relay; `settings`, its environment's
+    DTJOB_ variables (no metrics port unless named)."""
     kubeconfig = relay_kubeconfig(relay, cluster, log.with_suffix(".kubeconfig"))
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
     env.pop("DTJOB_METRICS_PORT", None)
+    env.update(settings)
     with log.open("w") as out:
         process = subprocess.Popen([sys.executable, "-m", "dtjob.cli", "run", "--namespace", namespace],
                                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
@@ -145,6 +151,29 @@ def test_an_operator_cut_off_from_the_api_server_backs_off_and_catches_up_when_t
     )
     # Kopf's watches (jobs, pods, Services, NetworkPolicies) and the node watch retry with pauses; the passes back off.
     assert attempts / outage < 10, f"{attempts} connection attempts in {outage:.0f}s: no back-off"
+
+
+def test_an_operator_started_while_the_api_server_is_away_acts_on_jobs_once_it_answers(
+    cluster_b: Cluster, crd: dict[str, Any], partition: Partition, jobs: Jobs, namespace: str, tmp_path: Path
+) -> None:
+    """Started cut off (a control-plane upgrade, a pod whose network is not up yet), as the chart runs it:
+    metrics and progress intake on their ports. Its start-up's CRD check fails; it looks again until the
+    API server answers, then acts. (Raised out of the start-up hook, Kopf ran the hook again a minute
+    later, which met the ports its first run had bound and failed so for ever: the operator never acted.)"""
+    log = tmp_path / "operator.log"
+    ports = {"DTJOB_METRICS_PORT": str(free_port()), "DTJOB_PROGRESS_PORT": str(free_port())}
+    partition.sever()
+    with operator_through(partition, cluster_b, namespace, log, **ports):
+        # Its start-up has met the cut (in whatever words it says so), not only dialled once.
+        wait_for(lambda: re.search(START_UP_FAILED, log.read_text()), "the start-up to fail on the cut link")
+        partition.heal()
+        jobs.create(pytorch_job("late"))
+        gang_of_attempt(jobs, "late", 1, 2, timeout=90)
+        assert "address already in use" not in log.read_text()
+
+
+# The operator's words for a start-up that met an API server away, and Kopf's for a start-up hook that raised.
+START_UP_FAILED = r"could not check the CRD|Activity 'configure' failed"
 
 
 # Kills the apiserver under every test.

@@ -88,28 +88,42 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         )
         await runtime.intake.serve(config.progress_port)
 
-    if (refused := await asyncio.to_thread(schema.refusal, runtime.kube, config.manage_crd)) is None:
-        await _start_reading(runtime, wake_jobs_on, pod_seen)
-    else:
-        runtime.refusal = refused
-        log.error("not acting on any job: %s", refused)
+    if not await _started_reading(runtime, wake_jobs_on, pod_seen):
         runtime.schema_watch = asyncio.create_task(
             _read_once_the_schema_is_current(runtime, wake_jobs_on, pod_seen), name="CRD schema"
         )
 
 
 async def _read_once_the_schema_is_current(runtime: Runtime, *callbacks: Callable[..., None]) -> None:
-    """Look again now and then: an admin who upgrades the CRD need not restart the operator."""
+    """Look again now and then: an admin who upgrades the CRD need not restart the operator, nor one whose
+    API server was away when it started."""
     while True:
         await asyncio.sleep(SCHEMA_RECHECK_SECONDS)
-        try:
-            runtime.refusal = await asyncio.to_thread(schema.refusal, runtime.kube, runtime.config.manage_crd)
-            if runtime.refusal is None:
-                log.info("the CRD is current now: acting on jobs")
-                await _start_reading(runtime, *callbacks)
-                return
-        except Exception as err:  # an apiserver away: look again later, never give up
-            log.warning("could not check the CRD or start reading: %s", err)
+        if await _started_reading(runtime, *callbacks):
+            log.info("the CRD is current and the API server answers now: acting on jobs")
+            return
+
+
+async def _started_reading(runtime: Runtime, *callbacks: Callable[..., None]) -> bool:
+    """Whether the readers started: the CRD is current and the API server answered. Never raises: the
+    start-up hook that calls it first has bound the metrics and intake ports and started the election, and
+    Kopf would run a hook that raised again (the ports taken by its first run, a second election beside
+    the first: an operator that never acts). An API server away (a control-plane upgrade, a pod whose
+    network is not up yet) is looked at again, as a CRD not current yet is."""
+    try:
+        refusal = await asyncio.to_thread(schema.refusal, runtime.kube, runtime.config.manage_crd)
+        if refusal is None:
+            runtime.refusal = None
+            await _start_reading(runtime, *callbacks)
+            return True
+    except Exception as err:
+        log.warning("could not check the CRD or start reading: %s; looking again in %.0fs", err,
+                    SCHEMA_RECHECK_SECONDS)  # fmt: skip
+        return False
+    if refusal != runtime.refusal:
+        log.error("not acting on any job: %s", refusal)
+    runtime.refusal = refusal
+    return False
 
 
 async def _start_reading(
