@@ -187,7 +187,16 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
             )
             seen = disrupted_after_a_checkpoint(jobs, core, name, checkpoints.latest_step, evict, "worker-0")
             worker_result = result_of(str(worker_log.result(timeout=120)), f"{name}-worker-1")
-        assert seen < STEPS, "the run ended before it could be disrupted"
+        # The finished job's other spares go, while the operator runs: it records the success first and
+        # deletes them after (record, then act), and an operator stopped between the two leaves them to
+        # the next one. Rank 0's old pod is gone and no pod of that name came back (worker 1 may go too:
+        # cleanPodPolicy Running deletes a rank still finishing when rank 0 succeeds).
+        kept = {f"{name}-worker-1", spare_name}
+        left = wait_for(lambda: (names := {p.metadata.name for p in jobs.pods(name)}) <= kept and names,
+                        "the finished job's other spares to go", timeout=60,
+                        state=lambda: [(p.metadata.name, p.status.phase) for p in jobs.pods(name)])  # fmt: skip
+        assert spare_name in left, left
+    assert seen < STEPS, "the run ended before it could be disrupted"
     status = jobs.get(name)["status"]
     assert (status["attempt"], status["restarts"]) == (2, {"failures": 0, "preemptions": 1, "total": 1})
     created = next(c for c in status["conditions"] if c["type"] == "Created")
@@ -202,13 +211,6 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
     assert seen <= result["resumed_from_step"] < STEPS, result
     assert result["step"] == STEPS and result["test_accuracy"] >= 0.95, result
     assert worker_result["weights_sha256"] == result["weights_sha256"]
-    # The finished job's other spares go (once its success is recorded: record, then act); rank 0's old
-    # pod is gone and no pod of that name came back (worker 1 may go too: cleanPodPolicy Running deletes a
-    # rank still finishing when rank 0 succeeds).
-    kept = {f"{name}-worker-1", spare_name}
-    left = wait_for(lambda: (names := {p.metadata.name for p in jobs.pods(name)}) <= kept and names,
-                    "the finished job's other spares to go", timeout=60)  # fmt: skip
-    assert spare_name in left, left
 
 
 def _log_or_empty(core: client.CoreV1Api, namespace: str, pod: str) -> str:

@@ -18,12 +18,14 @@ def wait_for(
     interval: float = 0.2,
     hopeless: Callable[[], str | None] = lambda: None,
     timing: bool = False,
+    state: Callable[[], object] | None = None,
 ) -> T:
     """Call `probe` until it returns a truthy value (returned) or raises nothing and time runs out.
 
     `hopeless` says why waiting on is pointless (a process it waits on has exited), failing at once.
     The timeout is a liveness wait's, scaled by the run's pace (tests/support/pace.py); with `timing`
-    it is a claim about time (a takeover within seconds) and holds as given.
+    it is a claim about time (a takeover within seconds) and holds as given. `state` says, when time runs
+    out, what there was instead (a probe's falsy value rarely does).
     """
     if not timing:
         timeout = liveness_timeout(timeout)
@@ -40,5 +42,14 @@ def wait_for(
             raise AssertionError(f"gave up waiting for {what}: {reason}")
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error})" if last_error else ""
+            if state is not None:
+                detail += f" (state then: {_state(state)})"
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
         time.sleep(interval)
+
+
+def _state(state: Callable[[], object]) -> str:
+    try:
+        return str(state())
+    except Exception as err:  # a failing description must not hide the timeout it describes
+        return f"could not be read: {err!r}"

@@ -90,3 +90,16 @@ def test_the_report_of_two_parts_has_every_test_the_totals_per_folder_and_tier_a
         "tests/e2e/test_x.py::test_a", "tests/e2e/test_z.py::test_c[p]", "tests/unit/test_y.py::test_b"]  # fmt: skip
     assert slowest[0].split()[:4] == ["30.0", "s", "12.5", "s"]
     assert durations.Durations.from_json((tmp_path / "test-durations.json").read_text()).wall_seconds == 35.0
+
+
+def test_a_wait_that_runs_out_says_what_it_saw_and_a_state_that_fails_does_not_hide_it() -> None:
+    with pytest.raises(AssertionError, match=r"waiting for pods to go \(state then: \['spare1'\]\)"):
+        wait_for(
+            lambda: False, "pods to go", timeout=0.05, interval=0.01, timing=True, state=lambda: ["spare1"]
+        )
+    with pytest.raises(AssertionError, match=r"state then: could not be read: RuntimeError\('down'\)"):
+        wait_for(lambda: False, "pods to go", timeout=0.05, interval=0.01, timing=True, state=_down)
+
+
+def _down() -> object:
+    raise RuntimeError("down")
