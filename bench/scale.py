@@ -879,7 +879,7 @@ def print_table(results: list[dict[str, Any]], floor_result: dict[str, Any] | No
         ("preempt: Running p50 s", lambda r: pick(r, "preemption", "gang_running", "p50")),
         ("preempt: Running p95 s", lambda r: pick(r, "preemption", "gang_running", "p95")),
     ]
-    width = max(28, *(len(r["operator_src"]) + 2 for r in results))
+    width = max([28, *(len(r["operator_src"]) + 2 for r in results)])  # no operator: the baseline alone
     print(f"\n== summary{'':17s}" + "".join(f"{r['operator_src']:>{width}s}" for r in results))
     for label, get in rows:
         print(f"{label:26s}" + "".join(f"{cell(get(r)):>{width}s}" for r in results))

@@ -50,6 +50,13 @@ rules:
 """
 
 
+# A node is taken for lost when its Lease has not been renewed for this long. kwok renews the fake nodes'
+# every 40 s (fakenodes.LEASE_SECONDS / 4): the default 50 s would turn a fake node NotReady whenever kwok
+# is a few seconds late on a loaded machine. Three renewals, as the kubelet's 10 s against the old 40 s
+# default is four; the real nodes' kubelets renew every 10 s and are unaffected but for a slower verdict.
+NODE_MONITOR_GRACE: Final = "120s"
+
+
 def _audit_policy(layout: Layout) -> Path:
     return write_if_changed(layout.state / "audit-policy.yaml", AUDIT_POLICY)
 
@@ -95,7 +102,7 @@ def start(layout: Layout, procs: Processes) -> None:
          "--bind-address=127.0.0.1", "--leader-elect=false", "--use-service-account-credentials=true",
          "--controllers=*", f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
          f"--cluster-signing-cert-file={pki}/ca.crt", f"--cluster-signing-key-file={pki}/ca.key",
-         f"--service-cluster-ip-range={SERVICE_CIDR}"],
+         f"--service-cluster-ip-range={SERVICE_CIDR}", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}"],
     )  # fmt: skip
     sched_conf = state / "scheduler.yaml"
     write_if_changed(

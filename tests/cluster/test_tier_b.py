@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from localcluster import Cluster, sim
+from localcluster import Cluster, fakenodes, sim
 from tests.support.jobs import OWN_NODE_TAINT, OWN_NODE_TOLERATION
 from tests.support.waiting import wait_for
 
@@ -45,6 +45,11 @@ def test_two_hundred_fake_gpu_nodes_are_ready_with_gke_labels_taints_and_gpu_cap
         n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
     ]
     assert len(ready) == len(nodes)
+    leases = client.CoordinationV1Api(core.api_client).list_namespaced_lease("kube-node-lease").items
+    durations = {lease.metadata.name: lease.spec.lease_duration_seconds for lease in leases}
+    assert {durations.get(n.metadata.name) for n in nodes} == {fakenodes.LEASE_SECONDS}, (
+        "kwok renews each Lease"
+    )
     node = nodes[0]
     assert node.metadata.labels["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
