@@ -28,7 +28,7 @@ from pathlib import Path
 from kubernetes.config import new_client_from_config
 
 from hack import flake_net
-from localcluster import Cluster
+from localcluster import Cluster, controlplane
 from localcluster.layout import Layout
 from tests.support import hygiene, pace
 from tests.support.durations import ARTIFACTS, REPO, Durations, merge
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[suite] {part}: {' '.join(process.args[2:])} (log: {log})", flush=True)  # type: ignore[index]
     codes: dict[str, int] = {}
     next_progress = started + 60
+    etcd_peak: tuple[int, int] | None = None  # the largest database seen, and its quota
     try:
         while len(codes) < len(running):
             time.sleep(1)
@@ -109,12 +110,19 @@ def main(argv: list[str] | None = None) -> int:
                 progress = "; ".join(
                     f"{p}: {last_line(log)}" for p, (_, log) in running.items() if p not in codes
                 )
+                if database := controlplane.read_etcd_database():
+                    etcd_peak = max(etcd_peak or database, database)
+                    progress = f"etcd {database[0] / 2**20:.0f} MiB; {progress}"
                 print(f"[suite] {time.monotonic() - started:4.0f} s  {progress}", flush=True)
         parts = [p for p in (ARTIFACTS / f"test-durations-{part}.json" for part in running) if p.exists()]
         report = merge(parts, time.monotonic() - started)
         print(report.read_text())
         tests = Durations.from_json(report.with_suffix(".json").read_text()).tests
         print(f"[suite] {time.monotonic() - started:.0f} s; the duration report: {report}", flush=True)
+        if etcd_peak:
+            # A test that writes gigabytes fails every test after it, far from the cause (2026-12-03).
+            size, quota = (round(n / 2**20) for n in etcd_peak)
+            print(f"[suite] etcd's database at most {size} MiB of its {quota} MiB quota", flush=True)
         outcome = net(tests, {**os.environ, **paced, "DTJOB_KEEP_CLUSTER": "1"})
     finally:
         for process, _ in running.values():

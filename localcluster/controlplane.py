@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Final
@@ -19,6 +21,28 @@ from localcluster.layout import (
 from localcluster.procs import Processes
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+ETCD_METRICS: Final = f"http://127.0.0.1:{ETCD_PORT}/metrics"
+
+
+def etcd_database(metrics: str) -> tuple[int, int] | None:
+    """etcd's database file size and its quota, in bytes, from its /metrics text. Past the quota etcd
+    refuses every write ("mvcc: database space exceeded") and the whole cluster with it; compaction frees
+    space inside the file but never shrinks it."""
+    found = [
+        re.search(rf"^{name} ([0-9.e+]+)$", metrics, re.MULTILINE)
+        for name in ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")
+    ]
+    size, quota = (int(float(m.group(1))) if m else None for m in found)
+    return (size, quota) if size is not None and quota is not None else None
+
+
+def read_etcd_database() -> tuple[int, int] | None:
+    """`etcd_database` of the running etcd; None when none answers."""
+    try:
+        with urllib.request.urlopen(ETCD_METRICS, timeout=5) as response:
+            return etcd_database(response.read().decode())
+    except (OSError, urllib.error.URLError):
+        return None
 
 
 def kubectl_ok(layout: Layout, *args: str) -> bool:
