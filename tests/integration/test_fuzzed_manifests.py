@@ -8,8 +8,9 @@ on errors (`running_operator` fails the test on any traceback in its log). The c
 The manifests are the same 100 in every run (derandomized, as Hypothesis is by default on CI): what the
 gate runs does not change from one run to the next. Numbers are small or past the CRD's bounds, never a
 large gang the CRD accepts: a drawn TensorFlow job of 2,956 Workers (every pod's TF_CONFIG and
-CLUSTER_SPEC listing every task, ~425 KB a pod) wrote 1.7 GB of pods to etcd in three minutes and, in
-another run, filled its 2 GiB quota, failing the 70 tests after it (2026-12-03).
+CLUSTER_SPEC listing every task, 82-425 KB a pod) wrote 620 MB of pods to etcd in three minutes, then
+1.25 GB more in the net's rerun (etcd's database at 1,717 MiB); in another run it filled the 2 GiB
+quota, failing the 70 tests after it (2026-12-03).
 """
 
 from __future__ import annotations
