@@ -29,6 +29,7 @@ from tests.support.reads import wait_log
 from tests.support.waiting import wait_for
 
 DISRUPT_AFTER_STEP = 100
+OTHER_FRAMEWORK_EPOCHS = 30
 
 
 def delete(core: client.CoreV1Api, namespace: str, pod: str) -> None:
@@ -243,10 +244,14 @@ def test_an_evicted_worker_of_another_framework_restarts_the_gang_from_every_ran
     name = job["metadata"]["name"] = f"restart-{example}"
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
-    # Long enough that the eviction lands mid-run (accelerate's command line is one shell argument).
-    trainer["args"] = [arg.replace("--epochs 20", "--epochs 60") for arg in trainer["args"]]
+    # Long enough that the eviction lands mid-run: at step 100 or later of 690 or more (23 steps an epoch
+    # or more). 60 epochs cost ~45 s a framework more on a loaded machine (accelerate's command line is
+    # one shell argument).
+    trainer["args"] = [
+        arg.replace("--epochs 20", f"--epochs {OTHER_FRAMEWORK_EPOCHS}") for arg in trainer["args"]
+    ]
     if "--epochs" in trainer["args"]:
-        trainer["args"][trainer["args"].index("--epochs") + 1] = "60"
+        trainer["args"][trainer["args"].index("--epochs") + 1] = str(OTHER_FRAMEWORK_EPOCHS)
     checkpoints = fresh_checkpoint_dir(job)
     with running_operator(cluster_c, namespace):
         jobs.create(job)
