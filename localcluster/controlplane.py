@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Final
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster.layout import (
     APISERVER_PORT,
@@ -28,14 +27,13 @@ def etcd_database(metrics: str) -> tuple[int, int] | None:
     """etcd's database file size and its quota, in bytes, from its /metrics text. Past the quota etcd
     refuses every write ("mvcc: database space exceeded") and the whole cluster with it; compaction frees
     space inside the file but never shrinks it."""
-    wanted = ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")
-    figures = {
-        sample.name: int(sample.value)
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if sample.name in wanted
-    }
-    size, quota = (figures.get(name) for name in wanted)
+    # A regex, not prometheus_client's parser: localcluster runs under the system Python before the venv
+    # exists (`make build`, `make demo`), so it imports the standard library only.
+    found = [
+        re.search(rf"^{name} ([0-9.e+]+)$", metrics, re.MULTILINE)
+        for name in ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")
+    ]
+    size, quota = (int(float(m.group(1))) if m else None for m in found)
     return (size, quota) if size is not None and quota is not None else None
 
 
