@@ -7,7 +7,9 @@ set -euo pipefail
 started=$(date +%s.%N)
 # A row of `make demo`'s stage table (hack/stages.py), when it records them.
 stage() { [ -z "${DTJOB_STAGES_DIR:-}" ] || (cd "$(dirname "$0")/.." && python3 -m hack.stages record packages "$started" "$1"); }
-packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah skopeo docker-registry gcc libc6-dev iproute2 openssl tmux dbus-daemon)
+# python3-yaml: `make build` imports localcluster (localcluster/kueue.py reads YAML) with the system Python,
+# before the venv exists.
+packages=(containerd runc containernetworking-plugins iptables conntrack mmdebstrap buildah skopeo docker-registry gcc libc6-dev iproute2 openssl tmux dbus-daemon python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

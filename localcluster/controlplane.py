@@ -27,8 +27,8 @@ def etcd_database(metrics: str) -> tuple[int, int] | None:
     """etcd's database file size and its quota, in bytes, from its /metrics text. Past the quota etcd
     refuses every write ("mvcc: database space exceeded") and the whole cluster with it; compaction frees
     space inside the file but never shrinks it."""
-    # A regex, not prometheus_client's parser: localcluster runs under the system Python before the venv
-    # exists (`make build`, `make demo`), so it imports the standard library only.
+    # A regex, not prometheus_client's parser: `make build` imports localcluster with the system Python,
+    # before the venv exists (tests/unit/test_system_python.py).
     found = [
         re.search(rf"^{name} ([0-9.e+]+)$", metrics, re.MULTILINE)
         for name in ("etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes")

@@ -245,8 +245,8 @@ def test_an_evicted_worker_of_another_framework_restarts_the_gang_from_every_ran
     job["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = f"/var/lib/dtjob-examples/{name}"
     trainer = job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]
     # Long enough that the eviction lands mid-run: at step 100 or later of 690 or more (23 steps an epoch
-    # or more). 60 epochs cost ~45 s a framework more on a loaded machine (accelerate's command line is
-    # one shell argument).
+    # or more). The four took 344 s at 60 epochs, 221 s at 30 (alone, one sitting, 2026-12-03).
+    # Accelerate's command line is one shell argument.
     trainer["args"] = [
         arg.replace("--epochs 20", f"--epochs {OTHER_FRAMEWORK_EPOCHS}") for arg in trainer["args"]
     ]
