@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dtjob.api import Condition, ConditionType, JobStatus
+from dtjob.api import Condition, ConditionType, JobStatus, Restarts
+from dtjob.core.decide import RESTART_CHARGES, Action, Charge, Decision, Reason
 from dtjob.core.status import Event, transition_events
 from dtjob.core.status.codec import read_status
 from tests.support.builders import NOW, SHARED_CHECKPOINTS, exited, manifest, pending, pods_of, running
@@ -218,3 +219,23 @@ def test_a_gang_without_a_checkpoint_volume_is_warned_once_and_the_warning_goes_
         next(c for c in cleared.status["conditions"] if c["type"] == "CheckpointNotShared")["status"]
         == "False"
     )
+
+
+def test_every_reason_says_which_counter_a_gang_restart_for_it_is_charged_to() -> None:
+    """A new Reason has to be placed in RESTART_CHARGES: before the table, a restart for a reason the
+    status code did not name was counted as a failure, against backoffLimit."""
+    assert set(RESTART_CHARGES) == set(Reason)
+    assert {charge.value for charge in Charge} <= set(Restarts.model_fields)
+    charged = {reason: charge for reason, charge in RESTART_CHARGES.items() if charge is not None}
+    assert charged == {
+        Reason.POD_FAILED: Charge.FAILURES,
+        Reason.PREEMPTED: Charge.PREEMPTIONS,
+        Reason.PROGRESS_DEADLINE_EXCEEDED: Charge.HANGS,
+        Reason.SLOW_RANK: Charge.SLOW_RANKS,
+    }
+
+
+def test_a_gang_restart_for_a_reason_charged_to_no_counter_is_refused_where_it_is_decided() -> None:
+    with pytest.raises(ValueError, match="RepeatedFailure is charged to no counter"):
+        Decision(Action.RESTART_GANG, Reason.REPEATED_FAILURE, "two attempts failed alike")
+    assert Decision(Action.FAIL, Reason.REPEATED_FAILURE).reason == Reason.REPEATED_FAILURE

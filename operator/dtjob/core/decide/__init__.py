@@ -29,13 +29,16 @@ from dtjob.api import DistributedTrainingJobSpec, JobStatus
 from dtjob.core.decide import admission, failure, lifecycle, progress
 from dtjob.core.decide.decision import (
     MAX_AVOIDED_NODES,
+    RESTART_CHARGES,
     Action,
+    Charge,
     Decision,
     Due,
     Facts,
     Fault,
     Reason,
     Rule,
+    restart_charge,
     soonest,
 )
 from dtjob.core.decide.failure import backoff_seconds
@@ -91,8 +94,10 @@ def decide(
 __all__ = [
     "MAX_AVOIDED_NODES",
     "MESSAGE_TAIL_CHARS",
+    "RESTART_CHARGES",
     "RULES",
     "Action",
+    "Charge",
     "Decision",
     "Due",
     "Facts",
@@ -102,5 +107,6 @@ __all__ = [
     "decide",
     "fault_of",
     "kept_in_place",
+    "restart_charge",
     "tail",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
+from types import MappingProxyType
 from typing import Final
 
 from dtjob.api import DistributedTrainingJobSpec, FailureSignature, JobStatus, Replacement, Role
@@ -85,6 +86,54 @@ class Reason(StrEnum):
     again (its jobframework does so when a job cannot start: FailedToStart)."""
 
 
+class Charge(StrEnum):
+    """The counter of status.restarts that a gang restart is charged to (the counter's field name)."""
+
+    FAILURES = "failures"
+    PREEMPTIONS = "preemptions"
+    HANGS = "hangs"
+    SLOW_RANKS = "slow_ranks"
+
+
+RESTART_CHARGES: Final[Mapping[Reason, Charge | None]] = MappingProxyType(
+    {
+        Reason.POD_FAILED: Charge.FAILURES,
+        Reason.PREEMPTED: Charge.PREEMPTIONS,
+        Reason.PROGRESS_DEADLINE_EXCEEDED: Charge.HANGS,
+        Reason.SLOW_RANK: Charge.SLOW_RANKS,
+        Reason.RANK_ZERO_SUCCEEDED: None,
+        Reason.ALL_WORKERS_SUCCEEDED: None,
+        Reason.BACKOFF_LIMIT_EXCEEDED: None,
+        Reason.MAX_PREEMPTIONS_EXCEEDED: None,
+        Reason.DEADLINE_EXCEEDED: None,
+        Reason.SCHEDULING_TIMEOUT: None,
+        Reason.SUSPENDED: None,
+        Reason.FINISHED: None,
+        Reason.TTL_EXPIRED: None,
+        Reason.WAITING_FOR_PREVIOUS_ATTEMPT: None,
+        Reason.BACKING_OFF: None,
+        Reason.CREATING: None,
+        Reason.IN_PROGRESS: None,
+        Reason.PREFLIGHT_FAILED: None,
+        Reason.SETTLING: None,
+        Reason.QUEUED: None,
+        Reason.REPEATED_FAILURE: None,
+        Reason.MEMBER_REPLACED: None,
+        Reason.WORKLOAD_FINISHED: None,
+    }
+)
+"""The counter each reason's gang restart is charged to; None: the reason never restarts the gang (a
+Decision that would is refused). Every Reason is a key (tests/unit/test_status.py), so a new reason is
+charged by choice, never by default."""
+
+
+def restart_charge(reason: Reason) -> Charge:
+    """The counter a gang restart for `reason` is charged to; ValueError for a reason that charges none."""
+    if (charge := RESTART_CHARGES[reason]) is None:
+        raise ValueError(f"a gang restart for {reason} is charged to no counter: see RESTART_CHARGES")
+    return charge
+
+
 @dataclass(frozen=True)
 class Decision:
     action: Action
@@ -111,6 +160,10 @@ class Decision:
     takeovers: tuple[tuple[str, str], ...] = ()
     """For the creation of an attempt: (spare, member) for each hot spare that takes a missing member's
     rank instead of a new pod (spec.replicas[].spares), named as the spare and the member's pod are."""
+
+    def __post_init__(self) -> None:
+        if self.action == Action.RESTART_GANG:
+            restart_charge(self.reason)  # refused here, where it is made, not in the status it would miscount
 
 
 @dataclass(frozen=True)

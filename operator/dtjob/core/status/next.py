@@ -8,7 +8,7 @@ from datetime import datetime
 
 from dtjob.api import ConditionType, JobStatus, LastRestart, Progress, Restarts, timestamp
 from dtjob.api.semantics import checkpoint_warnings
-from dtjob.core.decide import Action, Decision, Reason
+from dtjob.core.decide import Action, Decision, Reason, restart_charge
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed, PodState, PodView
 from dtjob.core.progress import SlowRank
@@ -113,18 +113,10 @@ def _restart(draft: _Draft, decision: Decision, now: datetime) -> None:
     if decision.action != Action.RESTART_GANG:
         return
     draft.attempt += 1
-    preempted = decision.reason == Reason.PREEMPTED
-    hung = decision.reason == Reason.PROGRESS_DEADLINE_EXCEEDED
-    moved = decision.reason == Reason.SLOW_RANK
+    charge = restart_charge(decision.reason).value
     restarts = draft.restarts
     draft.restarts = restarts.model_copy(
-        update={
-            "failures": restarts.failures + (not preempted and not hung and not moved),
-            "preemptions": restarts.preemptions + preempted,
-            "hangs": restarts.hangs + hung,
-            "slow_ranks": restarts.slow_ranks + moved,
-            "total": restarts.total + 1,
-        }
+        update={charge: getattr(restarts, charge) + 1, "total": restarts.total + 1}
     )
     if decision.avoid is not None and decision.avoid not in draft.avoided_nodes:
         draft.avoided_nodes = [*draft.avoided_nodes, decision.avoid]
