@@ -162,6 +162,7 @@ class Cluster:
                 fakenodes.start(self.layout, self.procs)
                 fakenodes.apply_nodes(self.layout, fakenodes.fleet(fake_nodes))
                 self.wait_nodes_ready(fake_nodes, label="type=kwok", timeout=120)
+                self.wait_schedulable("type=kwok", timeout=120)
                 _log(
                     f"tier B (kwok, {fake_nodes} fake GPU nodes Ready) ready in {time.monotonic() - step:.1f}s"
                 )
@@ -191,6 +192,7 @@ class Cluster:
         self.node.dir.mkdir(parents=True, exist_ok=True)
         self.node.start(before_kubelet=lambda: self._import_pause(self.node))
         self.wait_node_ready(self.node.real.name, timeout=120)
+        self.wait_node_schedulable(self.node.real.name, timeout=120)
 
     def _import_pause(self, node: Node) -> None:
         # containerd must already hold the sandbox image when the kubelet asks for one: nothing can pull it.
@@ -258,13 +260,29 @@ class Cluster:
 
     def wait_node_schedulable(self, name: str, timeout: float) -> None:
         """Wait until the node lifecycle controller has lifted the not-ready taint of a new node."""
-        deadline = time.monotonic() + timeout
+        self.wait_schedulable(f"kubernetes.io/hostname={name}", timeout)
+
+    def wait_schedulable(self, label: str, timeout: float) -> None:
+        """Wait until no node with `label` has a node.kubernetes.io taint (the not-ready one a new node is
+        given until the node lifecycle controller has seen it Ready): pods can be placed there."""
+        deadline, tainted = time.monotonic() + timeout, list[str]()
         while time.monotonic() < deadline:
-            taints = json.loads(self.kubectl("get", "node", name, "-o", "json"))["spec"].get("taints", [])
-            if not any(t["key"].startswith("node.kubernetes.io/") for t in taints):
+            if not (tainted := self.tainted_nodes(label)):
                 return
             time.sleep(0.2)
-        raise ClusterError(f"node {name} still has node.kubernetes.io taints after {timeout:.0f}s")
+        raise ClusterError(
+            f"nodes {', '.join(tainted[:5])} still have node.kubernetes.io taints after {timeout:.0f}s"
+        )
+
+    def tainted_nodes(self, label: str = "") -> list[str]:
+        """The nodes (with `label`, if given) that carry a node.kubernetes.io taint."""
+        selector = ("-l", label) if label else ()
+        nodes = json.loads(self.kubectl("get", "nodes", *selector, "-o", "json"))["items"]
+        return [
+            n["metadata"]["name"]
+            for n in nodes
+            if any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints", []))
+        ]
 
     def restart_component(self, name: str, down_seconds: float = 0.0) -> None:
         """A control-plane outage: etcd or kube-apiserver crashes (SIGKILL), stays down `down_seconds`,
