@@ -15,18 +15,29 @@ from localcluster import Cluster
 from localcluster.layout import NODE_IP
 from tests.support.jobs import Jobs
 from tests.support.ports import free_port
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, watching
 
 
 @contextlib.contextmanager
 def running_operator(cluster: Cluster, namespace: str) -> Iterator[KopfRunner]:
     """`kopf run --namespace` in this process: Kopf's own option names what the operator's readers watch."""
     args = ["run", "--standalone", "--namespace", namespace, "-m", "dtjob.runtime"]
-    with KopfRunner(args, timeout=60) as runner:
+    with KopfRunner(args, timeout=60) as runner, watching(lambda: _stopped(runner)):
         yield runner
     # A clean stop, and no handler ever crashed with a traceback.
     assert runner.exception is None, runner.exception
     assert "Traceback" not in runner.output, runner.output[-4000:]
+
+
+def _stopped(runner: KopfRunner) -> str | None:
+    """Why the in-process operator is no longer running (it failed to log in, a start-up check raised),
+    while the test still runs beside it; None while it runs."""
+    if not runner.future.done():
+        return None
+    if (error := runner.future.exception()) is not None:
+        return f"the in-process operator stopped: {error!r}"
+    result = runner.future.result()
+    return f"the in-process operator stopped: {result.exception!r}; its output ends: {result.output[-1500:]}"
 
 
 @contextlib.contextmanager

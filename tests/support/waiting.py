@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from tests.support.pace import liveness_timeout
 
 T = TypeVar("T")
+
+# What every wait also watches while it is listed (something the test runs beside it, such as the
+# in-process operator): once it says it has stopped, no wait of the test can end well, and each fails at
+# once saying so, instead of at its deadline with nothing about the cause.
+_watched: list[Callable[[], str | None]] = []
+
+
+@contextmanager
+def watching(stopped: Callable[[], str | None]) -> Iterator[None]:
+    """Every wait_for inside the block fails at once when `stopped` says why (it returns None while the
+    thing it watches runs)."""
+    _watched.append(stopped)
+    try:
+        yield
+    finally:
+        _watched.remove(stopped)
+
+
+def _hopeless_beside(hopeless: Callable[[], str | None]) -> str | None:
+    return hopeless() or next((reason for stopped in _watched if (reason := stopped())), None)
 
 
 def wait_for(
@@ -38,7 +59,7 @@ def wait_for(
                 return value
         except Exception as err:  # the thing is not there yet (404, connection refused, ...)
             last_error = err
-        if reason := hopeless():
+        if reason := _hopeless_beside(hopeless):
             raise AssertionError(f"gave up waiting for {what}: {reason}")
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error})" if last_error else ""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import durations, sharing
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, watching
 
 
 @pytest.fixture
@@ -103,3 +103,18 @@ def test_a_wait_that_runs_out_says_what_it_saw_and_a_state_that_fails_does_not_h
 
 def _down() -> object:
     raise RuntimeError("down")
+
+
+def test_a_wait_beside_something_that_stopped_gives_up_at_once_saying_why() -> None:
+    """The in-process operator that failed to log in left its test waiting out a 300 s wait for a
+    checkpoint, with nothing about the operator in the failure."""
+    reason: list[str] = []
+    with watching(lambda: reason[0] if reason else None):
+        assert wait_for(lambda: 1, "a value", timeout=60, timing=True) == 1
+        reason.append("the in-process operator stopped: LoginError()")
+        with pytest.raises(
+            AssertionError, match=r"gave up waiting for a checkpoint: the in-process operator"
+        ):
+            wait_for(lambda: None, "a checkpoint", timeout=60, interval=0.01, timing=True)
+    with pytest.raises(AssertionError, match=r"timed out after 0s waiting for a checkpoint$"):
+        wait_for(lambda: None, "a checkpoint", timeout=0.05, interval=0.01, timing=True)
