@@ -330,25 +330,7 @@ conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
     # --- CoreDNS --------------------------------------------------------------------------------------
     def _start_coredns(self) -> None:
         corefile = self.dir / "Corefile"
-        # No `forward`: names outside cluster.local fail fast instead of leaving the machine.
-        write_if_changed(
-            corefile,
-            f""".:53 {{
-    bind {DNS_IP}
-    errors
-    health 127.0.0.1:8081
-    ready 127.0.0.1:8181
-    kubernetes cluster.local in-addr.arpa ip6.arpa {{
-        kubeconfig {self.layout.kubeconfig()}
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }}
-    cache 5
-    loop
-}}
-""",
-        )
+        write_if_changed(corefile, coredns_config(self.layout.kubeconfig()))
         self.procs.start("coredns", [self.layout.binary("coredns"), "-conf", corefile])
         self.procs.wait_until(
             "coredns", lambda: urllib.request.urlopen("http://127.0.0.1:8181/ready", timeout=2).status == 200,
@@ -410,3 +392,24 @@ conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
+def coredns_config(kubeconfig: Path) -> str:
+    """The cluster's Corefile. Its plugins must be among those localcluster/gomod/cluster/coredns/main.go
+    builds in (a unit test checks). No `forward`: names outside cluster.local fail fast instead of leaving
+    the machine."""
+    return f""".:53 {{
+    bind {DNS_IP}
+    errors
+    health 127.0.0.1:8081
+    ready 127.0.0.1:8181
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+    loop
+}}
+"""
