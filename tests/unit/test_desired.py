@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -573,7 +574,7 @@ def test_the_fuse_sidecar_is_unlimited_unless_the_template_sizes_it_or_on_autopi
                    checkpoint={"volume": GCSFUSE})  # fmt: skip
     job["spec"]["replicas"][0]["template"]["metadata"] = {"annotations": template_annotations}
     spec = DistributedTrainingJobSpec.model_validate(job["spec"])
-    gang = Gang.of(JobRef.of(job), spec, 1, autopilot=autopilot)
+    gang = replace(Gang.of(JobRef.of(job), spec, 1), autopilot=autopilot)
     annotations = render_pod(gang, gang.members[0])["metadata"]["annotations"]
     assert {
         k: v for k, v in annotations.items() if k.startswith("gke-gcsfuse/") and k != "gke-gcsfuse/volumes"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def accelerators(profile: str) -> list[str]:
 def pod(accelerator: str, profile: str, autopilot: bool) -> dict[str, Any]:
     stored = job(accelerator, profile)
     spec = DistributedTrainingJobSpec.model_validate(stored["spec"])
-    gang = Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile), autopilot=autopilot)
+    gang = replace(Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile)), autopilot=autopilot)
     return render_pod(gang, gang.members[0])
 
 
@@ -135,7 +136,7 @@ def test_an_autopilot_pod_selects_and_runs_what_googles_autopilot_recipe_does(pr
     stored = manifest(("Worker", 2), accelerator={"type": AUTOPILOT[profile]["accelerator"], "count": 8,
                                                   "spot": True}, nccl={"profile": profile})  # fmt: skip
     spec = DistributedTrainingJobSpec.model_validate(stored["spec"])
-    gang = Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile), autopilot=True)
+    gang = replace(Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile)), autopilot=True)
     rendered = render_pod(gang, gang.members[0])
     selectors = {k: v for k, v in want["nodeSelector"].items() if k != "topology.kubernetes.io/zone"}
     assert rendered["spec"]["nodeSelector"] == selectors

@@ -14,6 +14,7 @@ from dtjob.core.decide import (
     MESSAGE_TAIL_CHARS,
     Action,
     Decision,
+    Facts,
     Fault,
     Reason,
     backoff_seconds,
@@ -75,7 +76,7 @@ def decision(
     spec = DistributedTrainingJobSpec.model_validate(job["spec"])
     current = JobStatus.model_validate(status or {})
     gang = Gang.of(JobRef.of(job), spec, current.attempt)
-    return decide(spec, current, gang, observe(children, NOW, nodes), NOW)
+    return decide(Facts(spec, current, gang, observe(children, NOW, nodes), NOW))
 
 
 ALL_RUNNING = [running(M), running(W0), running(W1)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -300,7 +301,7 @@ def test_avoided_nodes_are_kept_out_of_every_node_selector_term_of_the_template(
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
     }
     spec = DistributedTrainingJobSpec.model_validate(job["spec"])
-    gang = Gang.of(JobRef.of(job), spec, 1, avoided_nodes=("n1", "n2"))
+    gang = replace(Gang.of(JobRef.of(job), spec, 1), avoided_nodes=("n1", "n2"))
     pod = render_pod(gang, gang.members[0])
     rendered = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     avoid = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}

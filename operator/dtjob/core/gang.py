@@ -50,13 +50,11 @@ class Gang:
         attempt: int,
         network: NcclProfileName | None = None,
         daemon_images: Mapping[NcclProfileName, str] | None = None,
-        progress_url: str | None = None,
-        avoided_nodes: tuple[str, ...] = (),
-        autopilot: bool = False,
     ) -> Gang:
         """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
         cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
-        profile (spec.nccl.daemonImage wins)."""
+        profile (spec.nccl.daemonImage wins). The fields derived from nothing here (progress_url,
+        avoided_nodes, autopilot) keep their defaults: `dataclasses.replace` sets them."""
         pairs = [(role, index) for role in spec.roles() for index in range(spec.replica(role).count)]
         members = tuple(
             Member(
@@ -78,9 +76,6 @@ class Gang:
             members=members,
             network=network,
             daemon_image=daemon_image,
-            progress_url=progress_url,
-            avoided_nodes=avoided_nodes,
-            autopilot=autopilot,
         )
 
     @property

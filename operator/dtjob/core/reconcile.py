@@ -14,7 +14,7 @@ the spec changes; the part of the gang created before the refusal goes, as it ca
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from dtjob.api import ConditionType, DistributedTrainingJobSpec, JobStatus, pars
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
 from dtjob.core import kueue, progress
-from dtjob.core.decide import Action, Decision, decide, kept_in_place
+from dtjob.core.decide import Action, Decision, Facts, decide, kept_in_place
 from dtjob.core.frameworks import Gang
 from dtjob.core.names import JobRef
 from dtjob.core.network import (
@@ -35,7 +35,7 @@ from dtjob.core.network import (
     needs_gke_facts,
     paired,
 )
-from dtjob.core.observed import Observed, observe
+from dtjob.core.observed import observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
@@ -58,24 +58,6 @@ from dtjob.core.workload_match import (
 )
 from dtjob.core.world import Needs, World
 from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwanted, requeue_after
-
-
-@dataclass(frozen=True)
-class Pass:
-    """What the steps of one valid pass share: the job as parsed, its stored status, the gang of the
-    attempt, what its children and Kueue say."""
-
-    world: World
-    spec: DistributedTrainingJobSpec
-    old: JobStatus
-    gang: Gang
-    observed: Observed
-    queueing: kueue.Queueing | None
-
-    @property
-    def generation(self) -> int | None:
-        generation: int | None = self.world.job["metadata"].get("generation")
-        return generation
 
 
 def reconcile(world: World) -> Plan | Needs:
@@ -102,18 +84,18 @@ def reconcile(world: World) -> Plan | Needs:
         # Not the spec's fault alone: an admin may create the Networks. Look again before long.
         return replace(_invalid(old, network, now, generation), requeue_after=RECHECK_SECONDS)
     gang = _gang(world, spec, old, network)
-    one = Pass(world, spec, old, gang, observed, queueing)
     if _pods_refused(old, generation):
-        live = [pod for pod in one.observed.of_attempt(gang.attempt) if not pod.terminating]
+        live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
         failed = failed_to_start(queueing, old.condition(ConditionType.INVALID), now)
         return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live], workload_status=failed)
-    if (missing := _priority_missing(one)) is not None:
+    if (missing := _priority_missing(world, queueing, old)) is not None:
         return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
     slow = progress.slow_ranks(world.ledger, gang.attempt)
-    decision = decide(spec, old, gang, one.observed, now, queueing, world.ledger, slow)
+    facts = Facts(spec, old, gang, observed, now, queueing, world.ledger, slow, generation)
+    decision = decide(facts)
     if not world.listed and (confirm := decision.vanished + tuple(m for _, m in decision.takeovers)):
         return Needs(listing=confirm)
-    return _plan(one, decision, network, slow)
+    return _plan(world, facts, decision, network)
 
 
 def _queueing(world: World, unqueued_gang_running: bool) -> kueue.Queueing | None:
@@ -159,55 +141,46 @@ def _workload_to_make(queueing: kueue.Queueing | None, old: JobStatus) -> bool:
 
 def _gang(world: World, spec: DistributedTrainingJobSpec, old: JobStatus, network: AttemptNetwork) -> Gang:
     settings = world.settings
-    return Gang.of(
-        JobRef.of(world.job),
-        spec,
-        old.attempt,
-        network.profile,
-        settings.daemon_images,
-        settings.progress_url,
-        tuple(old.avoided_nodes),
-        network.autopilot or in_autopilot_mode(spec, world.gke),
+    return replace(
+        Gang.of(JobRef.of(world.job), spec, old.attempt, network.profile, settings.daemon_images),
+        progress_url=settings.progress_url,
+        avoided_nodes=tuple(old.avoided_nodes),
+        autopilot=network.autopilot or in_autopilot_mode(spec, world.gke),
     )
 
 
-def _priority_missing(one: Pass) -> str | None:
+def _priority_missing(world: World, queueing: kueue.Queueing | None, old: JobStatus) -> str | None:
     """Why a queued job's Workload cannot be created: the priority class it names does not exist."""
-    queueing, priority = one.queueing, one.world.kueue.priority
-    if not _workload_to_make(queueing, one.old):
+    priority = world.kueue.priority
+    if not _workload_to_make(queueing, old):
         return None
     if priority is not None and priority.value is None:
         return f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
     return None
 
 
-def _plan(
-    one: Pass, decision: Decision, network: AttemptNetwork, slow: tuple[progress.SlowRank, ...] | None
-) -> Plan:
-    world, old, gang, observed, queueing = one.world, one.old, one.gang, one.observed, one.queueing
+def _plan(world: World, facts: Facts, decision: Decision, network: AttemptNetwork) -> Plan:
+    spec, old, gang, observed, queueing = facts.spec, facts.status, facts.gang, facts.observed, facts.queueing
     chosen = paired(network.chosen, gang.daemon_image, world.gke, gang.autopilot)
-    admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
-    new, events = status_of_pass(
-        old, gang, observed, decision, world.now, one.generation, queueing is not None,
-        admitted.message if admitted else None, world.ledger, slow, chosen,
-    )  # fmt: skip
+    admitted = facts.admitted
+    new, events = status_of_pass(facts, decision, chosen)
     kept = kept_in_place(old, observed) if keeps_gang(decision) else ()
-    planned_deletes = deletes(decision, gang.attempt, observed, old, one.spec, kept)
+    planned_deletes = deletes(decision, gang.attempt, observed, old, spec, kept)
     service, pods, relabel = children_writes(decision, gang, observed, admitted, kept)
     return Plan(
         create=pods,
         apply=service,
         workload=workload_to_create(world.job, gang, queueing, new, world.kueue.priority),
         workload_status=workload_status(queueing, gang, observed, new, world.now),
-        workload_spec=workload_spec(world.job, gang, queueing, one.spec, old, world.kueue.priority),
+        workload_spec=workload_spec(world.job, gang, queueing, spec, old, world.kueue.priority),
         relabel=relabel,
         delete=[delete for delete, _ in planned_deletes]
-        + policy_unwanted(one.spec, observed)
+        + policy_unwanted(spec, observed)
         + workload_to_delete(world.kueue.workload, queueing),
         status=_changed(old, new),
         events=events + [event for _, event in planned_deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
-        requeue_after=requeue_after(decision, one.spec, observed, world.now),
+        requeue_after=requeue_after(decision, spec, observed, world.now),
     )
 
 

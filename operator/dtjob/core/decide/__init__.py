@@ -22,10 +22,8 @@ module, placed in RULES where it takes precedence.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Final
 
-from dtjob.api import DistributedTrainingJobSpec, JobStatus
 from dtjob.core.decide import admission, failure, lifecycle, progress
 from dtjob.core.decide.decision import (
     MAX_AVOIDED_NODES,
@@ -44,10 +42,6 @@ from dtjob.core.decide.decision import (
 from dtjob.core.decide.failure import backoff_seconds
 from dtjob.core.decide.faults import MESSAGE_TAIL_CHARS, fault_of, tail
 from dtjob.core.decide.members import STEPS, Gaps, kept_in_place
-from dtjob.core.frameworks import Gang
-from dtjob.core.kueue import Queueing
-from dtjob.core.observed import Observed
-from dtjob.core.progress import Ledger, SlowRank
 
 RULES: Final[tuple[Rule, ...]] = (
     lifecycle.finished,
@@ -63,20 +57,9 @@ RULES: Final[tuple[Rule, ...]] = (
 )
 
 
-def decide(
-    spec: DistributedTrainingJobSpec,
-    status: JobStatus,
-    gang: Gang,
-    observed: Observed,
-    now: datetime,
-    queueing: Queueing | None = None,
-    ledger: Ledger | None = None,
-    slow: tuple[SlowRank, ...] | None = None,
-) -> Decision:
-    """`queueing`: where Kueue stands with the job's Workload, for a job in a Kueue queue; `ledger`: the
-    trainers' latest progress reports; `slow`: the slow ranks they show (progress.slow_ranks, judged once
-    a pass)."""
-    facts = Facts(spec, status, gang, observed, now, queueing, ledger, slow)
+def decide(facts: Facts) -> Decision:
+    """The pass's decision: the first rule that decides, else the first step that closes a gap, else wait
+    for the soonest of the rules' timers."""
     timers: list[float] = []
     for rule in RULES:
         outcome = rule(facts)

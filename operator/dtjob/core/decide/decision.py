@@ -13,7 +13,7 @@ from typing import Final
 from dtjob.api import DistributedTrainingJobSpec, FailureSignature, JobStatus, Replacement, Role
 from dtjob.api.spec import RunPolicy
 from dtjob.core.frameworks import Gang, Member
-from dtjob.core.kueue import Queueing
+from dtjob.core.kueue import Queueing, State
 from dtjob.core.observed import Observed, PodState, PodView
 from dtjob.core.progress import Ledger, SlowRank, reached_step
 
@@ -176,9 +176,10 @@ class Due:
 
 @dataclass(frozen=True)
 class Facts:
-    """What one decision reads: the parsed spec, the stored status, the gang of the current attempt, its
-    children as observed, the time, and where Kueue and the trainers' reports stand. What several rules
-    derive from them is derived once (the properties)."""
+    """What one pass reads, the one value its steps take whole (decide, then status_of_pass and
+    next_status): the parsed spec, the stored status, the gang of the current attempt, its children as
+    observed, the time, where Kueue and the trainers' reports stand, and the spec's generation. What several
+    steps derive from them is derived once (the properties)."""
 
     spec: DistributedTrainingJobSpec
     status: JobStatus
@@ -191,10 +192,18 @@ class Facts:
     """The trainers' latest progress reports."""
     slow: tuple[SlowRank, ...] | None = None
     """The slow ranks they show (progress.slow_ranks, judged once a pass)."""
+    generation: int | None = None
+    """The job's metadata.generation: the spec the status observed (conditions' observedGeneration)."""
 
     @property
     def policy(self) -> RunPolicy:
         return self.spec.run_policy
+
+    @property
+    def admitted(self) -> Queueing | None:
+        """Kueue's word once it admitted the job's Workload; None for a job not in a queue or not admitted."""
+        queueing = self.queueing
+        return queueing if queueing is not None and queueing.state == State.ADMITTED else None
 
     @cached_property
     def current(self) -> dict[str, PodView]:

@@ -8,10 +8,9 @@ from datetime import datetime
 
 from dtjob.api import ConditionType, JobStatus, LastRestart, Progress, Restarts, timestamp
 from dtjob.api.semantics import checkpoint_warnings
-from dtjob.core.decide import Action, Decision, Reason, restart_charge
+from dtjob.core.decide import Action, Decision, Facts, Reason, restart_charge
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed, PodState, PodView
-from dtjob.core.progress import SlowRank
 from dtjob.core.status.conditions import FINISHING, Conditions, phase_of
 from dtjob.core.status.members import (
     all_running,
@@ -36,24 +35,12 @@ class _Draft:
     completion_time: str | None
 
 
-def next_status(
-    old: JobStatus,
-    gang: Gang,
-    observed: Observed,
-    decision: Decision,
-    now: datetime,
-    generation: int | None,
-    queued: bool = False,
-    admitted: str | None = None,
-    progress: Progress | None = None,
-    slow: tuple[SlowRank, ...] | None = None,
-) -> JobStatus:
+def next_status(facts: Facts, decision: Decision, progress: Progress | None = None) -> JobStatus:
     """The status after carrying out `decision`: counters, times, per-role counts and conditions.
-    `queued`: the job is in a Kueue queue; `admitted`: what Kueue's admission says, once it admitted it;
-    `progress`: the training progress to show (see progress.carried); `slow`: the slow ranks of the
-    current attempt (see progress.slow_ranks; None: not judged)."""
-    draft = _Draft(Conditions(old.conditions, now, generation), old.attempt, old.restarts, old.last_restart,
-                   old.avoided_nodes, old.start_time, old.completion_time)  # fmt: skip
+    `progress`: the training progress to show (see progress.carried)."""
+    old, gang, observed, now = facts.status, facts.gang, facts.observed, facts.now
+    draft = _Draft(Conditions(old.conditions, now, facts.generation), old.attempt, old.restarts,
+                   old.last_restart, old.avoided_nodes, old.start_time, old.completion_time)  # fmt: skip
     _spec_conditions(draft.conditions, gang)
     # A job waiting for Kueue is held as a suspended one is (no pods), under a condition of its own.
     holding = ConditionType.QUEUED if decision.reason == Reason.QUEUED else ConditionType.SUSPENDED
@@ -66,15 +53,15 @@ def next_status(
     current = observed.of_attempt(draft.attempt)
     created_attempt = _created(draft, old, decision, gang, current, now)
     _hold_or_resume(draft, decision, holding, resumed, now)
-    _admission(draft, old, decision, queued, admitted)
+    _admission(draft, facts, decision)
     _finish(draft, decision, now)
-    _gang_conditions(draft.conditions, old, decision, gang, observed, draft.attempt, slow)
+    _gang_conditions(draft, facts, decision)
     if decision.replaced:
         draft.restarts = draft.restarts.model_copy(
             update={"replacements": draft.restarts.replacements + len(decision.replaced)}
         )
     broken_since = (old.broken_since or timestamp(now)) if decision.reason == Reason.SETTLING else None
-    return _status(draft, old, gang, observed, decision, current, created_attempt, progress, broken_since)
+    return _status(draft, facts, decision, created_attempt, progress, broken_since)
 
 
 def _spec_conditions(conditions: Conditions, gang: Gang) -> None:
@@ -170,8 +157,10 @@ def _hold_or_resume(
 NOT_QUEUED = "NotQueued"
 
 
-def _admission(draft: _Draft, old: JobStatus, decision: Decision, queued: bool, admitted: str | None) -> None:
-    conditions = draft.conditions
+def _admission(draft: _Draft, facts: Facts, decision: Decision) -> None:
+    """Kueue's word: `queued` the job is in a Kueue queue; `admitted` what its admission says, once given."""
+    conditions, old, queued = draft.conditions, facts.status, facts.queueing is not None
+    admitted = facts.admitted.message if facts.admitted is not None else None
     if old.finished or decision.action in FINISHING:
         pass  # a finished job's Workload is Finished too: the Admitted condition says how it ran
     elif queued and admitted is None:
@@ -199,16 +188,15 @@ def _finish(draft: _Draft, decision: Decision, now: datetime) -> None:
     draft.conditions.set(ConditionType.RESTARTING, "False", finished, decision.message)
 
 
-def _gang_conditions(
-    conditions: Conditions,
-    old: JobStatus,
-    decision: Decision,
-    gang: Gang,
-    observed: Observed,
-    attempt: int,
-    slow: tuple[SlowRank, ...] | None,
-) -> None:
+def _gang_conditions(draft: _Draft, facts: Facts, decision: Decision) -> None:
     """Running while every member runs; Unschedulable while one waits for a node; SlowRank."""
+    conditions, attempt, old, gang, observed = (
+        draft.conditions,
+        draft.attempt,
+        facts.status,
+        facts.gang,
+        facts.observed,
+    )
     action, current = decision.action, observed.of_attempt(attempt)
     if (
         action in (Action.CREATE_MISSING, Action.WAIT)
@@ -226,20 +214,19 @@ def _gang_conditions(
         set_schedulability(conditions, () if action == Action.SUSPEND else current, gang.spec)
     if not old.finished and action not in FINISHING:
         # A restart's new attempt is not judged yet: the slow ranks were the ended attempt's.
-        set_slow_rank(conditions, slow if attempt == gang.attempt else None, current, attempt)
+        set_slow_rank(conditions, facts.slow if attempt == gang.attempt else None, current, attempt)
 
 
 def _status(
     draft: _Draft,
-    old: JobStatus,
-    gang: Gang,
-    observed: Observed,
+    facts: Facts,
     decision: Decision,
-    current: tuple[PodView, ...],
     created_attempt: int | None,
     progress: Progress | None,
     broken_since: str | None,
 ) -> JobStatus:
+    old, gang, observed = facts.status, facts.gang, facts.observed
+    current = observed.of_attempt(draft.attempt)
     attempt = draft.attempt
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     replicas = [

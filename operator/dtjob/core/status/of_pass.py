@@ -3,34 +3,19 @@ then the goodput the pass adds, then the network chosen for the attempt (status.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from dtjob.api import JobStatus, NcclChoice
 from dtjob.core import progress
-from dtjob.core.decide import Decision
-from dtjob.core.frameworks import Gang
+from dtjob.core.decide import Decision, Facts
 from dtjob.core.gke import NetworkChoice
-from dtjob.core.observed import Observed
 from dtjob.core.status import Event, next_status, transition_events
 from dtjob.core.status.goodput import next_goodput
 
 
 def status_of_pass(
-    old: JobStatus,
-    gang: Gang,
-    observed: Observed,
-    decision: Decision,
-    now: datetime,
-    generation: int | None,
-    queued: bool,
-    admission: str | None,
-    ledger: progress.Ledger | None,
-    slow: tuple[progress.SlowRank, ...] | None,
-    chosen: NetworkChoice | None,
+    facts: Facts, decision: Decision, chosen: NetworkChoice | None
 ) -> tuple[JobStatus, list[Event]]:
-    """`queued`: the job is in a Kueue queue; `admission`: Kueue's word on its admission, once admitted;
-    `ledger`, `slow`: the trainers' reports and the slow ranks they show; `chosen`: the network chosen in
-    this pass, if any."""
+    """`chosen`: the network chosen in this pass, if any."""
+    old, gang, observed, ledger = facts.status, facts.gang, facts.observed, facts.ledger
     # Rank 0's reports lead the progress shown; a spare that took rank 0 reports under its own name.
     rank_zero = gang.rank_zero.pod
     if ledger is not None:
@@ -38,8 +23,8 @@ def status_of_pass(
             (p.name for p in observed.pods if p.member == rank_zero and p.attempt == gang.attempt), rank_zero
         )
     shown = progress.carried(old.progress, ledger, rank_zero, gang.attempt)
-    new = next_status(old, gang, observed, decision, now, generation, queued, admission, shown, slow)
-    new = new.model_copy(update={"goodput": next_goodput(old, new, observed, now)})
+    new = next_status(facts, decision, shown)
+    new = new.model_copy(update={"goodput": next_goodput(old, new, observed, facts.now)})
     events = transition_events(old, new)
     if chosen is not None:
         record, event = _network_record(old.attempt, chosen)
