@@ -82,14 +82,19 @@ def print_modules() -> None:
 
 def entered(call: Callable[[], Any]) -> list[str]:
     """The dtjob modules entered while `call` runs, in order: a stop each call from one module into
-    another (a call within a module, or into the standard library or a dependency, is none)."""
+    another (a call within a module, or into the standard library or a dependency, is none). The caller is
+    the nearest dtjob frame: a module's call that comes back to it through the standard library (a
+    `functools.cached_property`, a dataclass's generated method) is a call within the module."""
     stops: list[str] = []
 
     def profile(frame: FrameType, event: str, _: Any) -> None:
         if event != "call":
             return
         callee = frame.f_globals.get("__name__", "")
-        caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
+        back = frame.f_back
+        while back is not None and not back.f_globals.get("__name__", "").startswith("dtjob"):
+            back = back.f_back
+        caller = back.f_globals.get("__name__", "") if back else ""
         if callee.startswith("dtjob") and callee != caller and (not stops or stops[-1] != callee):
             stops.append(callee)
 

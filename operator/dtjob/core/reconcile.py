@@ -1,22 +1,32 @@
 """The one pure entry point of the operator: a World in, a Plan of what to do out (or the Needs it must
 read first).
 
-One pass, in order: the spec parsed and checked; what the pass must read first (Needs); the attempt's
-network (network.py); the gang and its children observed (observed.py); Kueue's word (kueue.py); the
-decision (decide/: ordered rules); a Needs for a fresh listing when the decision takes members for lost;
+One pass, top to bottom: the gates, the outcomes that end a pass before anything is decided, as one
+ordered table, `GATES` (the spec parsed and checked, the queue's label, what the pass must read first, the
+attempt's network, pods the apiserver refused, a missing priority class), the way core/decide's `RULES`
+order the decisions: a gate returns the pass's outcome (a Plan, or the Needs to read first) or nothing,
+and the first that returns one ends the pass. Then the decision (decide/: `RULES` in order, then the
+gang's steps) on the pass's `Facts`; a Needs for a fresh listing when the decision takes members for lost;
 then the status it leads to (status/) and the writes (writes.py, workload.py).
+
+Each gate reads what it needs of the pass from a `Reading`, which derives each thing once, when a gate
+first asks for it (the spec parsed, the children observed, Kueue's word, the attempt's network, the
+gang), so that a pass a gate ends derives nothing past it; a pass through every gate takes its `Facts`
+from the same Reading.
 
 Nothing here raises on a bad spec: an invalid job gets an Invalid condition and a Warning event, and its
 children are left alone. A spec whose pods the apiserver refuses (`refused_pods`) is Invalid too, until
-the spec changes; the part of the gang created before the refusal goes, as it cannot form.
+the spec changes; the part of the gang created before the refusal goes, as it cannot form. Every outcome
+that writes a status writes it through `status_change` and `transition_events`, as a decided pass does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -35,7 +45,7 @@ from dtjob.core.network import (
     needs_gke_facts,
     paired,
 )
-from dtjob.core.observed import observe
+from dtjob.core.observed import Observed, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
@@ -61,62 +71,124 @@ from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwan
 
 
 def reconcile(world: World) -> Plan | Needs:
-    job, now = world.job, world.now
-    generation = job["metadata"].get("generation")
-    old = read_status(job.get("status"))
-    try:
-        spec = parse_job(job).spec
-    except ValidationError as error:
-        return _invalid(old, describe(error), now, generation)
-    if problems := semantic_problems(spec):
-        return _invalid(old, "\n".join(problems), now, generation)
-    if (problem := queue_name_problem(job)) is not None:
-        return _invalid(old, problem, now, generation)
-    if (defaulted := default_queue(job, world.kueue.routes)) is not None:
-        return Plan(job_labels={kueue.QUEUE_LABEL: defaulted}, requeue_after=0.0)  # recorded first
-    observed = observe(world.children, now, world.nodes)
-    unqueued = bool(observed.live_of_attempt(old.attempt)) and not old.is_true(ConditionType.ADMITTED)
-    queueing = _queueing(world, unqueued)
-    if (needs := _inputs_needed(world, spec, old, queueing)) is not None:
-        return needs
-    network = attempt_network(spec, old, world.gke)
-    if isinstance(network, str):
-        # Not the spec's fault alone: an admin may create the Networks. Look again before long.
-        return replace(_invalid(old, network, now, generation), requeue_after=RECHECK_SECONDS)
-    gang = _gang(world, spec, old, network)
-    if _pods_refused(old, generation):
-        live = [pod for pod in observed.of_attempt(gang.attempt) if not pod.terminating]
-        failed = failed_to_start(queueing, old.condition(ConditionType.INVALID), now)
-        return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live], workload_status=failed)
-    if (missing := _priority_missing(world, queueing, old)) is not None:
-        return replace(_invalid(old, missing, now, generation), requeue_after=RECHECK_SECONDS)
-    slow = progress.slow_ranks(world.ledger, gang.attempt)
-    facts = Facts(spec, old, gang, observed, now, queueing, world.ledger, slow, generation)
+    reading = Reading(world, read_status(world.job.get("status")))
+    for gate in GATES:
+        if (outcome := gate(reading)) is not None:
+            return outcome
+    facts = reading.facts
     decision = decide(facts)
     if not world.listed and (confirm := decision.vanished + tuple(m for _, m in decision.takeovers)):
         return Needs(listing=confirm)
-    return _plan(world, facts, decision, network)
+    return _plan(world, facts, decision, reading.usable_network)
 
 
-def _queueing(world: World, unqueued_gang_running: bool) -> kueue.Queueing | None:
-    """Where Kueue stands with the job's Workload, for a job in a Kueue queue (the queue in force: a
-    label changed under a running job waits, workload_match.queue_in_force)."""
-    facts = world.kueue
-    queue = queue_in_force(world.job, facts.workload, unqueued_gang_running)
-    if not queue:
-        return None
-    queueing = kueue.read(queue, facts.workload, facts.flavors, facts.served, facts.routes)
-    if (waits := label_waits(world.job, queue)) is not None:
-        queueing = replace(queueing, message=f"{queueing.message}; {waits}")
-    return queueing
+@dataclass(frozen=True)
+class Reading:
+    """What a pass knows of its job, each part derived once, when first asked for."""
+
+    world: World
+    old: JobStatus
+    """The status as stored: every outcome starts from it."""
+
+    @property
+    def generation(self) -> int | None:
+        generation: int | None = self.world.job["metadata"].get("generation")
+        return generation
+
+    @cached_property
+    def parsed(self) -> DistributedTrainingJobSpec | ValidationError:
+        try:
+            return parse_job(self.world.job).spec
+        except ValidationError as error:
+            return error
+
+    @property
+    def spec(self) -> DistributedTrainingJobSpec:
+        """The spec, for the gates after `spec_unparsed` (which ends a pass whose spec does not parse)."""
+        if isinstance(self.parsed, ValidationError):
+            raise self.parsed
+        return self.parsed
+
+    @cached_property
+    def observed(self) -> Observed:
+        return observe(self.world.children, self.world.now, self.world.nodes)
+
+    @cached_property
+    def queueing(self) -> kueue.Queueing | None:
+        """Where Kueue stands with the job's Workload, for a job in a Kueue queue (the queue in force: a
+        label changed under a running job waits, workload_match.queue_in_force)."""
+        old, facts = self.old, self.world.kueue
+        unqueued = bool(self.observed.live_of_attempt(old.attempt)) and not old.is_true(
+            ConditionType.ADMITTED
+        )
+        queue = queue_in_force(self.world.job, facts.workload, unqueued)
+        if not queue:
+            return None
+        queueing = kueue.read(queue, facts.workload, facts.flavors, facts.served, facts.routes)
+        if (waits := label_waits(self.world.job, queue)) is not None:
+            queueing = replace(queueing, message=f"{queueing.message}; {waits}")
+        return queueing
+
+    @cached_property
+    def network(self) -> AttemptNetwork | str:
+        """The attempt's network, or why it is not available."""
+        return attempt_network(self.spec, self.old, self.world.gke)
+
+    @property
+    def usable_network(self) -> AttemptNetwork:
+        """The network, for what follows `network_unavailable` (which ends a pass without one)."""
+        if isinstance(self.network, str):
+            raise ValueError(self.network)
+        return self.network
+
+    @cached_property
+    def facts(self) -> Facts:
+        """What the decision and the status read, for a pass through every gate."""
+        world, spec, old, network = self.world, self.spec, self.old, self.usable_network
+        settings, autopilot = world.settings, network.autopilot or in_autopilot_mode(spec, world.gke)
+        gang = replace(
+            Gang.of(JobRef.of(world.job), spec, old.attempt, network.profile, settings.daemon_images),
+            progress_url=settings.progress_url,
+            avoided_nodes=tuple(old.avoided_nodes),
+            autopilot=autopilot,
+        )
+        slow = progress.slow_ranks(world.ledger, gang.attempt)
+        return Facts(
+            spec, old, gang, self.observed, world.now, self.queueing, world.ledger, slow, self.generation
+        )
 
 
-def _inputs_needed(
-    world: World, spec: DistributedTrainingJobSpec, old: JobStatus, queueing: kueue.Queueing | None
-) -> Needs | None:
+Gate = Callable[[Reading], Plan | Needs | None]
+
+
+def spec_unparsed(reading: Reading) -> Plan | None:
+    parsed = reading.parsed
+    return _invalid(reading, describe(parsed)) if isinstance(parsed, ValidationError) else None
+
+
+def spec_inconsistent(reading: Reading) -> Plan | None:
+    problems = semantic_problems(reading.spec)
+    return _invalid(reading, "\n".join(problems)) if problems else None
+
+
+def queue_name_invalid(reading: Reading) -> Plan | None:
+    problem = queue_name_problem(reading.world.job)
+    return _invalid(reading, problem) if problem is not None else None
+
+
+def queue_defaulted(reading: Reading) -> Plan | None:
+    """A job in a namespace whose LocalQueue is the default gets its label, recorded before anything."""
+    defaulted = default_queue(reading.world.job, reading.world.kueue.routes)
+    return (
+        Plan(job_labels={kueue.QUEUE_LABEL: defaulted}, requeue_after=0.0) if defaulted is not None else None
+    )
+
+
+def inputs_missing(reading: Reading) -> Needs | None:
     """What the pass lacks to decide, as far as it can tell before deciding: the cluster's Network objects
     (a profile that needs them, once an attempt), the priority class a Workload to create carries, or
     the class a queued job now names that its Workload, holding no quota, does not carry yet."""
+    world, spec, old, queueing = reading.world, reading.spec, reading.old, reading.queueing
     networks = needs_gke_facts(spec, old, world.gke)
     priority = None
     making = _workload_to_make(queueing, old)
@@ -134,35 +206,55 @@ def _inputs_needed(
     return Needs(networks=networks, priority=priority) if networks or priority else None
 
 
-def _workload_to_make(queueing: kueue.Queueing | None, old: JobStatus) -> bool:
-    """A queued job that has no Workload yet and has not finished: the pass creates it (with its priority)."""
-    return queueing is not None and queueing.state == kueue.State.MISSING and not old.finished
-
-
-def _gang(world: World, spec: DistributedTrainingJobSpec, old: JobStatus, network: AttemptNetwork) -> Gang:
-    settings = world.settings
-    return replace(
-        Gang.of(JobRef.of(world.job), spec, old.attempt, network.profile, settings.daemon_images),
-        progress_url=settings.progress_url,
-        avoided_nodes=tuple(old.avoided_nodes),
-        autopilot=network.autopilot or in_autopilot_mode(spec, world.gke),
-    )
-
-
-def _priority_missing(world: World, queueing: kueue.Queueing | None, old: JobStatus) -> str | None:
-    """Why a queued job's Workload cannot be created: the priority class it names does not exist."""
-    priority = world.kueue.priority
-    if not _workload_to_make(queueing, old):
-        return None
-    if priority is not None and priority.value is None:
-        return f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
+def network_unavailable(reading: Reading) -> Plan | None:
+    if isinstance(network := reading.network, str):
+        # Not the spec's fault alone: an admin may create the Networks. Look again before long.
+        return replace(_invalid(reading, network), requeue_after=RECHECK_SECONDS)
     return None
+
+
+def pods_refused(reading: Reading) -> Plan | None:
+    """The apiserver refused the pods of this very generation of the spec: the gang's live pods go."""
+    old = reading.old
+    invalid = old.condition(ConditionType.INVALID)
+    if (
+        invalid is None
+        or invalid.status != "True"
+        or invalid.reason != POD_REFUSED
+        or invalid.observed_generation != reading.generation
+    ):
+        return None
+    live = [pod for pod in reading.observed.of_attempt(old.attempt) if not pod.terminating]
+    failed = failed_to_start(reading.queueing, invalid, reading.world.now)
+    return Plan(delete=[Delete("Pod", pod.name, pod.uid or None) for pod in live], workload_status=failed)
+
+
+def priority_class_missing(reading: Reading) -> Plan | None:
+    """A queued job's Workload cannot be created: the priority class it names does not exist."""
+    priority = reading.world.kueue.priority
+    if not _workload_to_make(reading.queueing, reading.old) or priority is None or priority.value is not None:
+        return None
+    missing = f"the job names priority class {priority.class_name} ({priority.source}), which does not exist"
+    return replace(_invalid(reading, missing), requeue_after=RECHECK_SECONDS)
+
+
+# In the order they take precedence.
+GATES: Final[tuple[Gate, ...]] = (
+    spec_unparsed,
+    spec_inconsistent,
+    queue_name_invalid,
+    queue_defaulted,
+    inputs_missing,
+    network_unavailable,
+    pods_refused,
+    priority_class_missing,
+)
 
 
 def _plan(world: World, facts: Facts, decision: Decision, network: AttemptNetwork) -> Plan:
     spec, old, gang, observed, queueing = facts.spec, facts.status, facts.gang, facts.observed, facts.queueing
     chosen = paired(network.chosen, gang.daemon_image, world.gke, gang.autopilot)
-    admitted = facts.admitted
+    admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     new, events = status_of_pass(facts, decision, chosen)
     kept = kept_in_place(old, observed) if keeps_gang(decision) else ()
     planned_deletes = deletes(decision, gang.attempt, observed, old, spec, kept)
@@ -177,7 +269,7 @@ def _plan(world: World, facts: Facts, decision: Decision, network: AttemptNetwor
         delete=[delete for delete, _ in planned_deletes]
         + policy_unwanted(spec, observed)
         + workload_to_delete(world.kueue.workload, queueing),
-        status=_changed(old, new),
+        status=status_change(old, new),
         events=events + [event for _, event in planned_deletes if event is not None],
         delete_job=decision.action == Action.TTL_EXPIRED,
         requeue_after=requeue_after(decision, spec, observed, world.now),
@@ -193,27 +285,24 @@ def refused_pods(job: Mapping[str, Any], refusal: str, now: datetime) -> Plan:
         "resume; or delete the job and create it again"
     )
     generation = job["metadata"].get("generation")
-    return _invalid(read_status(job.get("status")), message, now, generation, POD_REFUSED)
+    return _invalid_plan(read_status(job.get("status")), message, now, generation, POD_REFUSED)
 
 
-def _pods_refused(old: JobStatus, generation: int | None) -> bool:
-    """Whether the apiserver refused the pods of this very generation of the spec."""
-    invalid = old.condition(ConditionType.INVALID)
-    return (
-        invalid is not None
-        and invalid.status == "True"
-        and invalid.reason == POD_REFUSED
-        and invalid.observed_generation == generation
-    )
-
-
-def _invalid(
-    old: JobStatus, message: str, now: datetime, generation: int | None, reason: str = INVALID_SPEC
-) -> Plan:
-    new = invalid_status(old, message, now, generation, reason)
-    return Plan(status=_changed(old, new), events=transition_events(old, new))
-
-
-def _changed(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
+def status_change(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
+    """The status to write: `new` dumped, or None when it says what `old` says."""
     new_dump = dump_status(new)
     return None if new_dump == dump_status(old) else new_dump
+
+
+def _invalid(reading: Reading, message: str) -> Plan:
+    return _invalid_plan(reading.old, message, reading.world.now, reading.generation, INVALID_SPEC)
+
+
+def _invalid_plan(old: JobStatus, message: str, now: datetime, generation: int | None, reason: str) -> Plan:
+    new = invalid_status(old, message, now, generation, reason)
+    return Plan(status=status_change(old, new), events=transition_events(old, new))
+
+
+def _workload_to_make(queueing: kueue.Queueing | None, old: JobStatus) -> bool:
+    """A queued job that has no Workload yet and has not finished: the pass creates it (with its priority)."""
+    return queueing is not None and queueing.state == kueue.State.MISSING and not old.finished

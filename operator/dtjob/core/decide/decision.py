@@ -13,7 +13,7 @@ from typing import Final
 from dtjob.api import DistributedTrainingJobSpec, FailureSignature, JobStatus, Replacement, Role
 from dtjob.api.spec import RunPolicy
 from dtjob.core.frameworks import Gang, Member
-from dtjob.core.kueue import Queueing, State
+from dtjob.core.kueue import Queueing
 from dtjob.core.observed import Observed, PodState, PodView
 from dtjob.core.progress import Ledger, SlowRank, reached_step
 
@@ -198,12 +198,6 @@ class Facts:
     @property
     def policy(self) -> RunPolicy:
         return self.spec.run_policy
-
-    @property
-    def admitted(self) -> Queueing | None:
-        """Kueue's word once it admitted the job's Workload; None for a job not in a queue or not admitted."""
-        queueing = self.queueing
-        return queueing if queueing is not None and queueing.state == State.ADMITTED else None
 
     @cached_property
     def current(self) -> dict[str, PodView]:

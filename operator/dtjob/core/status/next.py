@@ -10,6 +10,7 @@ from dtjob.api import ConditionType, JobStatus, LastRestart, Progress, Restarts,
 from dtjob.api.semantics import checkpoint_warnings
 from dtjob.core.decide import Action, Decision, Facts, Reason, restart_charge
 from dtjob.core.frameworks import Gang
+from dtjob.core.kueue import State
 from dtjob.core.observed import Observed, PodState, PodView
 from dtjob.core.status.conditions import FINISHING, Conditions, phase_of
 from dtjob.core.status.members import (
@@ -33,6 +34,7 @@ class _Draft:
     avoided_nodes: list[str]
     start_time: str | None
     completion_time: str | None
+    created_attempt: int | None = None
 
 
 def next_status(facts: Facts, decision: Decision, progress: Progress | None = None) -> JobStatus:
@@ -51,7 +53,7 @@ def next_status(facts: Facts, decision: Decision, progress: Progress | None = No
     _restart(draft, decision, now)
     _settling(draft, decision)
     current = observed.of_attempt(draft.attempt)
-    created_attempt = _created(draft, old, decision, gang, current, now)
+    draft.created_attempt = _created(draft, old, decision, gang, current, now)
     _hold_or_resume(draft, decision, holding, resumed, now)
     _admission(draft, facts, decision)
     _finish(draft, decision, now)
@@ -61,7 +63,7 @@ def next_status(facts: Facts, decision: Decision, progress: Progress | None = No
             update={"replacements": draft.restarts.replacements + len(decision.replaced)}
         )
     broken_since = (old.broken_since or timestamp(now)) if decision.reason == Reason.SETTLING else None
-    return _status(draft, facts, decision, created_attempt, progress, broken_since)
+    return _status(draft, facts, decision, current, progress, broken_since)
 
 
 def _spec_conditions(conditions: Conditions, gang: Gang) -> None:
@@ -159,8 +161,9 @@ NOT_QUEUED = "NotQueued"
 
 def _admission(draft: _Draft, facts: Facts, decision: Decision) -> None:
     """Kueue's word: `queued` the job is in a Kueue queue; `admitted` what its admission says, once given."""
-    conditions, old, queued = draft.conditions, facts.status, facts.queueing is not None
-    admitted = facts.admitted.message if facts.admitted is not None else None
+    conditions, old, queueing = draft.conditions, facts.status, facts.queueing
+    queued = queueing is not None
+    admitted = queueing.message if queueing is not None and queueing.state == State.ADMITTED else None
     if old.finished or decision.action in FINISHING:
         pass  # a finished job's Workload is Finished too: the Admitted condition says how it ran
     elif queued and admitted is None:
@@ -221,12 +224,11 @@ def _status(
     draft: _Draft,
     facts: Facts,
     decision: Decision,
-    created_attempt: int | None,
+    current: tuple[PodView, ...],
     progress: Progress | None,
     broken_since: str | None,
 ) -> JobStatus:
     old, gang, observed = facts.status, facts.gang, facts.observed
-    current = observed.of_attempt(draft.attempt)
     attempt = draft.attempt
     ready = sum(1 for p in current if p.state == PodState.READY and not p.terminating)
     replicas = [
@@ -237,7 +239,7 @@ def _status(
     ]
     return JobStatus(
         phase=phase_of(draft.conditions), conditions=draft.conditions.items, replica_statuses=replicas,
-        replicas_ready=f"{ready}/{len(gang.members)}", attempt=attempt, created_attempt=created_attempt,
+        replicas_ready=f"{ready}/{len(gang.members)}", attempt=attempt, created_attempt=draft.created_attempt,
         restarts=draft.restarts, last_restart=draft.last_restart, preflight=preflight_of(old.preflight, current, attempt),
         nccl=old.nccl, progress=progress, elastic=elastic_of(old, gang, attempt, decision.replaced),
         avoided_nodes=draft.avoided_nodes, broken_since=broken_since, start_time=draft.start_time,
