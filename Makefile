@@ -42,9 +42,10 @@ build: ## Build the cluster's Go components and the suite's Go test binary into 
 	@localcluster/build.sh etcd k8s kwok coredns helm kueue
 	@python3 -m hack.gitops_binary
 
-# CI builds them beside the Go components (.ci/run: one compiles, the other mostly downloads and unpacks),
-# so that the tests only import them.
-test-images: venv ## Build the images the tests use into the image cache (rebuilt only when their content changes)
+# CI builds them beside the Go components and the test venv (.ci/run: one compiles, the others mostly
+# download and unpack), so that the tests only import them. The build needs the standard library and PyYAML
+# alone (the operator's package, not torch nor TensorFlow), so it does not wait for the test venv.
+test-images: venv-core ## Build the images the tests use into the image cache (rebuilt only when their content changes)
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch dtjob-trainer-tensorflow
 	$(PY) -m hack.releases prebuild
 
