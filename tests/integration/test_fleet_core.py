@@ -19,13 +19,13 @@ import dtjob.core.writes
 from dtjob.core.observed import pod_essentials
 from dtjob.core.plan import Event
 from dtjob.core.render import render_children
-from dtjob.core.world import GkeFacts, KueueFacts
+from dtjob.core.world import KueueFacts, World
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
 from dtjob.kube.writer import NameTaken
 from dtjob.runtime.one_pass import run_pass
-from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS, OperatorSettings
+from dtjob.settings import DEFAULT_API_BURST, DEFAULT_API_QPS
 from localcluster import Cluster, sim
 from tests.support.jobs import JOB_LABEL, Jobs, pytorch_job
 from tests.support.namespaces import create_namespace
@@ -231,10 +231,8 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     # The pass asks first: they exist, so nothing restarts and nothing is written.
     slot = threading.BoundedSemaphore(1)
     kube = Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST)
-    plan, _, _, lagging = run_pass(
-        slot, kube, job, [], created, [], [], now, OperatorSettings(), KueueFacts(None, {}, False, None),
-        GkeFacts(), None,
-    )  # fmt: skip
+    world = World(job, [], now, [], kueue=KueueFacts(served=False), overdue=created, from_caches=True)
+    plan, _, _, lagging = run_pass(slot, kube, world)
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1

@@ -45,10 +45,13 @@ def world_of(
     ledger: Ledger | None = None,
     progress_url: str | None = None,
     listed: bool = True,
+    overdue: Sequence[Mapping[str, Any]] = (),
+    from_caches: bool = False,
 ) -> World:
     """A World from what a unit test names. `listed`: the children a test hands in are the truth, as a
     fresh listing is (False: as the runtime's caches, which a decision that takes members for lost asks
-    to confirm)."""
+    to confirm). `from_caches`: the children and nodes are the caches as they stand, which may lag (the
+    core asks for the nodes they lack and whether the `overdue` pods exist)."""
     return World(
         job, children, now, nodes,
         gke=GkeFacts(networks, device_classes, installers, autopilot),
@@ -56,6 +59,8 @@ def world_of(
         ledger=ledger,
         settings=PassSettings(daemon_images, progress_url),
         listed=listed,
+        overdue=overdue,
+        from_caches=from_caches,
     )  # fmt: skip
 
 

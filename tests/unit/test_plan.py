@@ -342,6 +342,28 @@ def test_a_pod_that_vanished_from_a_created_attempt_restarts_the_gang_and_is_not
     plan_for(job, [running(p) for p in pods.values()], NOW + timedelta(seconds=5), listed=False)
 
 
+def test_what_the_caches_may_lag_on_is_asked_for_before_a_node_is_judged_gone_or_a_member_lost() -> None:
+    job, pods = started()
+    job["status"]["brokenSince"] = "2030-01-01T11:59:35Z"  # settled
+    on_new_node = running(pods["mnist-worker-1"])
+    on_new_node["spec"]["nodeName"] = "gpu-node-2"
+    seen = [running(pods["mnist-master-0"]), on_new_node]
+    overdue = [pods["mnist-worker-0"]]
+    caches = {"nodes": [node()], "overdue": overdue, "from_caches": True, "listed": False}
+    # A node the node watch has not delivered and a pod the pod watch has not: asked for, not judged.
+    asked = needs_for(job, seen, NOW + timedelta(seconds=5), **caches)
+    assert asked == Needs(nodes=("gpu-node-2",), overdue=True)
+    # Once read, neither is asked again: the node read is judged, the pod found is a member.
+    read = [*seen, running(pods["mnist-worker-0"])]
+    calm = plan_for(job, read, NOW + timedelta(seconds=5), [node(), node("gpu-node-2")], overdue=overdue)
+    assert after(job, calm)["status"]["attempt"] == 1 and calm.delete == [] and calm.create == []
+    # Nothing lagging, nothing asked: the caches are decided on at once.
+    plan_for(job, read, NOW + timedelta(seconds=5), [node(), node("gpu-node-2")], from_caches=True)
+    # A node still absent after its read is gone: the member on it is lost.
+    lost = plan_for(job, read, NOW + timedelta(seconds=5), [node()], overdue=overdue)
+    assert after(job, lost)["status"]["attempt"] == 2
+
+
 def test_pods_an_interrupted_creation_left_missing_are_created_not_counted_as_lost() -> None:
     job = {**JOB, "status": {"attempt": 1, "conditions": []}}  # the pass that created them never recorded it
     plan = plan_for(job, [running(pods_of(JOB)["mnist-master-0"])], NOW)

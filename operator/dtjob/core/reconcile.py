@@ -45,7 +45,7 @@ from dtjob.core.network import (
     needs_gke_facts,
     paired,
 )
-from dtjob.core.observed import Observed, observe
+from dtjob.core.observed import Observed, nodes_to_judge, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
 from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transition_events
@@ -185,10 +185,13 @@ def queue_defaulted(reading: Reading) -> Plan | None:
 
 
 def inputs_missing(reading: Reading) -> Needs | None:
-    """What the pass lacks to decide, as far as it can tell before deciding: the cluster's Network objects
-    (a profile that needs them, once an attempt), the priority class a Workload to create carries, or
-    the class a queued job now names that its Workload, holding no quota, does not carry yet."""
+    """What the pass lacks to decide, as far as it can tell before deciding: what the caches may lag on
+    (the nodes of its pods they lack, whether the pods created that the watch has not delivered exist), the
+    cluster's Network objects (a profile that needs them, once an attempt), the priority class a Workload
+    to create carries, or the class a queued job now names that its Workload, holding no quota, does not
+    carry yet."""
     world, spec, old, queueing = reading.world, reading.spec, reading.old, reading.queueing
+    nodes, overdue = uncached_nodes(world), world.from_caches and bool(world.overdue)
     networks = needs_gke_facts(spec, old, world.gke)
     priority = None
     making = _workload_to_make(queueing, old)
@@ -203,7 +206,18 @@ def inputs_missing(reading: Reading) -> Needs | None:
         )
         if (making or moved) and (given is None or not given.answers(wanted)):
             priority = wanted
-    return Needs(networks=networks, priority=priority) if networks or priority else None
+    if not (nodes or overdue or networks or priority):
+        return None
+    return Needs(nodes=nodes, overdue=overdue, networks=networks, priority=priority)
+
+
+def uncached_nodes(world: World) -> tuple[str, ...]:
+    """The nodes whose state the pass judges (observed.nodes_to_judge) that the caches lack: a node watch
+    behind the pods' would make a new node look deleted."""
+    if not world.from_caches or world.nodes is None:
+        return ()
+    cached = {node["metadata"]["name"] for node in world.nodes}
+    return tuple(name for name in nodes_to_judge(world.children) if name not in cached)
 
 
 def network_unavailable(reading: Reading) -> Plan | None:

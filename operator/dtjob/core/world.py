@@ -1,11 +1,13 @@
 """What one pass reads (World) and what it must read before it can decide (Needs).
 
-The runtime fills a World from its caches and hands it to `reconcile`. What a pass reads only now and then
-is left out until `reconcile` asks for it with a Needs: the cluster's GPUDirect facts (once an attempt, for
-a network profile that needs them), the priority class a queued job's Workload carries (once, when the
-Workload is created), and a fresh listing of the job's pods (when a decision would take members for lost or
-give their ranks to spares: a cache that lags must not charge a failure). The runtime reads all of it,
-once each, and calls `reconcile` again with the World it completed.
+The runtime fills a World from its caches, in one place, and hands it to `reconcile`. What a pass reads
+only now and then is left out until `reconcile` asks for it with a Needs: the nodes its pods are bound to
+that the node cache lacks and whether the pods this operator created that the pod watch has not delivered
+exist (a watch behind the other must not pass for a node deleted or a member lost), the cluster's
+GPUDirect facts (once an attempt, for a network profile that needs them), the priority class a queued
+job's Workload carries (once, when the Workload is created), and a fresh listing of the job's pods (when a
+decision would take members for lost or give their ranks to spares: a cache that lags must not charge a
+failure). The runtime reads all of it, once each, and calls `reconcile` again with the World it completed.
 """
 
 from __future__ import annotations
@@ -79,12 +81,24 @@ class World:
     settings: PassSettings = PassSettings()
     listed: bool = False
     """Whether the pods among the children come from a fresh listing, not a cache (Needs.listing)."""
+    overdue: Sequence[Mapping[str, Any]] = ()
+    """Pods this operator created that the pod watch has not delivered after a while (runtime/created.py),
+    not among the children: whether they exist is asked (Needs.overdue) before a member counts as lost."""
+    from_caches: bool = False
+    """Whether the children and nodes are the operator's caches as they stand (the runtime's first World of
+    a pass): a node they lack may be one the node watch has not delivered yet, so the pass asks for it
+    (Needs.nodes) and for the overdue pods before it judges anything. False once the runtime has read
+    what was asked, and in a World built whole, where a node absent is a node gone."""
 
 
 @dataclass(frozen=True)
 class Needs:
     """What a pass must read before it decides; reconcile asks for what it can tell it lacks, all at once."""
 
+    nodes: tuple[str, ...] = ()
+    """Nodes the pods are bound to that the caches lack (World.from_caches): one still absent is gone."""
+    overdue: bool = False
+    """Whether the World's overdue pods exist: those that do join the children."""
     networks: bool = False
     """The cluster's GPUDirect facts (GkeFacts): the network profile is chosen once an attempt."""
     priority: Priority | None = None

@@ -19,7 +19,7 @@ from dtjob.core.gke import autopilot_cluster
 from dtjob.core.observed import nodes_to_judge, owned_by
 from dtjob.core.plan import Event, Plan
 from dtjob.core.workload_release import being_deleted
-from dtjob.core.world import GkeFacts, KueueFacts
+from dtjob.core.world import GkeFacts, KueueFacts, PassSettings, World
 from dtjob.kube.caches import Caches, JobKey
 from dtjob.kube.gate import Deposed
 from dtjob.kube.refusals import link_failure, refusal
@@ -154,10 +154,10 @@ async def reconcile_once(
         # lost, and the new job would start with a restart. The pod watch wakes the loop as they go.
         log.info("job %s/%s waits for the pods of an earlier job of its name to go: %s", *key, held)
         return NAMESAKE_RECHECK_SECONDS
-    args = _pass_inputs(runtime, key, memory, job, pods, caches, now)
+    world = _world(runtime, key, memory, job, pods, caches, now)
     try:
         plan, done, fresh, lagging = await asyncio.get_running_loop().run_in_executor(
-            runtime.executor, run_pass, runtime.passes, runtime.kube, job, *args
+            runtime.executor, run_pass, runtime.passes, runtime.kube, world
         )
     except Deposed:  # the Lease was lost during the pass: the new leader decides from here
         log.info("pass of %s/%s stopped: this replica no longer leads", *key)
@@ -176,7 +176,7 @@ async def reconcile_once(
     return next_pass_in(plan, done.job or job, awaiting_watch=bool(memory.created))
 
 
-def _pass_inputs(
+def _world(
     runtime: Runtime,
     key: JobKey,
     memory: JobMemory,
@@ -184,11 +184,12 @@ def _pass_inputs(
     pods: list[dict[str, Any]],
     caches: Caches,
     now: datetime,
-) -> tuple[Any, ...]:
-    """What run_pass takes after the job, from the caches: the children (with the pods created that the
-    watch lacks yet), the overdue ones, the nodes cached and unknown, now, the settings, the job's queue,
-    whether the cluster's nodes are Autopilot's, its ledger."""
-    uid = job["metadata"]["uid"]
+) -> World:
+    """What the caches hold for the job, as one pass reads it: its children (with the pods created that the
+    watch lacks yet, and apart those overdue), the nodes of its pods cached, its Workload and Kueue's
+    objects around it, whether the cluster's nodes are Autopilot's, its ledger and the operator's settings.
+    What the caches lack the core asks for (Needs)."""
+    config, uid = runtime.config, job["metadata"]["uid"]
     others = [
         json.loads(obj) for index in (caches.services, caches.network_policies) for obj in index.of(key)
     ]
@@ -204,11 +205,20 @@ def _pass_inputs(
     queue = KueueFacts(
         workloads[0] if workloads else None, dict(caches.flavors), served, routes if served else None
     )
-    known = {name: caches.nodes.get(name) for name in nodes_to_judge(children)}
-    cached = [node for node in known.values() if node is not None]
-    unknown = [name for name, node in known.items() if node is None]
-    gke = GkeFacts(autopilot=autopilot_cluster(caches.nodes.values()))
-    return children, overdue, cached, unknown, now, runtime.config, queue, gke, runtime.ledgers.get(key)
+    nodes = [node for name in nodes_to_judge(children) if (node := caches.nodes.get(name)) is not None]
+    progress_url = config.progress_url if config.progress_port is not None else None
+    return World(
+        job,
+        children,
+        now,
+        nodes,
+        GkeFacts(autopilot=autopilot_cluster(caches.nodes.values())),
+        queue,
+        runtime.ledgers.get(key),
+        PassSettings(config.daemon_images, progress_url),
+        overdue=overdue,
+        from_caches=True,
+    )
 
 
 def _failed(key: JobKey, memory: JobMemory, err: Exception) -> float:
