@@ -1,9 +1,10 @@
 """A pass's network step: the NCCL profile of the attempt's GPU pods, chosen once an attempt (and kept in
 status.nccl), or the one recorded for it; a job Invalid for now when the explicit profile it names cannot
-start on this cluster."""
+start on this cluster. A pass asks it all at once (`of_pass`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -34,6 +35,41 @@ class AttemptNetwork:
     profile: NcclProfileName | None
     autopilot: bool
     chosen: NetworkChoice | None
+
+
+@dataclass(frozen=True)
+class PassNetwork:
+    """What a pass asks of the network, answered at once."""
+
+    unread: bool
+    """The choice still to be made needs the cluster's GKE facts, unread (Needs.networks)."""
+    attempt: AttemptNetwork | str
+    """The attempt's network, or why the explicit profile cannot start here (the job Invalid for now)."""
+    autopilot: bool
+    """The pods run in GKE's Autopilot mode: as recorded with the attempt's network, or as the cluster
+    and the templates say (in_autopilot_mode)."""
+    chosen: NetworkChoice | None
+    """The choice made in this pass, degraded where its GPUDirect daemon does not pair with the cluster's
+    plugin (`paired`); None when it was made before, or none is made."""
+
+
+def of_pass(
+    spec: DistributedTrainingJobSpec,
+    old: JobStatus,
+    gke: GkeFacts,
+    daemon_images: Mapping[NcclProfileName, str] | None,
+) -> PassNetwork:
+    """The pass's network. `daemon_images`: the operator's GPUDirect daemon images by profile
+    (spec.nccl.daemonImage wins), as the gang's pods carry them."""
+    unread, attempt = needs_gke_facts(spec, old, gke), attempt_network(spec, old, gke)
+    if isinstance(attempt, str):
+        return PassNetwork(unread, attempt, False, None)
+    autopilot = attempt.autopilot or in_autopilot_mode(spec, gke)
+    chosen = attempt.chosen
+    if chosen is None:
+        return PassNetwork(unread, attempt, autopilot, None)
+    daemon_image = spec.nccl.daemon_image or (daemon_images or {}).get(chosen.profile)
+    return PassNetwork(unread, attempt, autopilot, _paired(chosen, daemon_image, gke, autopilot))
 
 
 def chooses_network(spec: DistributedTrainingJobSpec) -> bool:
@@ -79,14 +115,10 @@ def in_autopilot_mode(spec: DistributedTrainingJobSpec, gke: GkeFacts) -> bool:
     return gke.autopilot or on_autopilot(gke.installers) or any(map(selects_autopilot, templates))
 
 
-def paired(
-    chosen: NetworkChoice | None, daemon_image: str | None, gke: GkeFacts, autopilot: bool = False
-) -> NetworkChoice | None:
+def _paired(chosen: NetworkChoice, daemon_image: str | None, gke: GkeFacts, autopilot: bool) -> NetworkChoice:
     """The choice, degraded when the attempt's GPUDirect daemon (`autopilot`: in the Autopilot shape's
     default) does not pair with the cluster's plugin."""
-    if chosen is not None and (
-        mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {}, autopilot)
-    ):
+    if mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {}, autopilot):
         return replace(chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True)
     return chosen
 

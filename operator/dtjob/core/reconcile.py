@@ -33,18 +33,12 @@ from pydantic import ValidationError
 from dtjob.api import ConditionType, DistributedTrainingJobSpec, JobStatus, parse_job
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.core import kueue, progress
+from dtjob.core import kueue, network, progress, workload_match
 from dtjob.core.decide import Action, Decision, Facts, decide, kept_in_place
 from dtjob.core.frameworks import Gang
+from dtjob.core.gke import NetworkChoice
 from dtjob.core.names import JobRef
-from dtjob.core.network import (
-    RECHECK_SECONDS,
-    AttemptNetwork,
-    attempt_network,
-    in_autopilot_mode,
-    needs_gke_facts,
-    paired,
-)
+from dtjob.core.network import RECHECK_SECONDS, AttemptNetwork, PassNetwork
 from dtjob.core.observed import Observed, nodes_to_judge, observe
 from dtjob.core.plan import Delete, Plan
 from dtjob.core.render import render_pod
@@ -58,14 +52,7 @@ from dtjob.core.workload import (
     workload_to_create,
     workload_to_delete,
 )
-from dtjob.core.workload_match import (
-    default_queue,
-    label_waits,
-    priority_may_change,
-    priority_moved,
-    queue_in_force,
-    queue_name_problem,
-)
+from dtjob.core.workload_match import PassQueue, priority_moved
 from dtjob.core.world import Needs, World
 from dtjob.core.writes import children_writes, deletes, keeps_gang, policy_unwanted, requeue_after
 
@@ -79,7 +66,7 @@ def reconcile(world: World) -> Plan | Needs:
     decision = decide(facts)
     if not world.listed and (confirm := decision.vanished + tuple(m for _, m in decision.takeovers)):
         return Needs(listing=confirm)
-    return _plan(world, facts, decision, reading.usable_network)
+    return _plan(world, facts, decision, reading.network.chosen)
 
 
 @dataclass(frozen=True)
@@ -114,43 +101,40 @@ class Reading:
         return observe(self.world.children, self.world.now, self.world.nodes)
 
     @cached_property
-    def queueing(self) -> kueue.Queueing | None:
-        """Where Kueue stands with the job's Workload, for a job in a Kueue queue (the queue in force: a
-        label changed under a running job waits, workload_match.queue_in_force)."""
-        old, facts = self.old, self.world.kueue
+    def queue(self) -> PassQueue:
+        """The job's queue label, and where Kueue stands with its Workload (the queue in force: a label
+        changed under a running job waits, workload_match.queue_in_force)."""
+        old = self.old
         unqueued = bool(self.observed.live_of_attempt(old.attempt)) and not old.is_true(
             ConditionType.ADMITTED
         )
-        queue = queue_in_force(self.world.job, facts.workload, unqueued)
-        if not queue:
-            return None
-        queueing = kueue.read(queue, facts.workload, facts.flavors, facts.served, facts.routes)
-        if (waits := label_waits(self.world.job, queue)) is not None:
-            queueing = replace(queueing, message=f"{queueing.message}; {waits}")
-        return queueing
+        return workload_match.of_pass(self.world.job, self.world.kueue, unqueued)
+
+    @property
+    def queueing(self) -> kueue.Queueing | None:
+        return self.queue.queueing
 
     @cached_property
-    def network(self) -> AttemptNetwork | str:
-        """The attempt's network, or why it is not available."""
-        return attempt_network(self.spec, self.old, self.world.gke)
+    def network(self) -> PassNetwork:
+        return network.of_pass(self.spec, self.old, self.world.gke, self.world.settings.daemon_images)
 
     @property
     def usable_network(self) -> AttemptNetwork:
-        """The network, for what follows `network_unavailable` (which ends a pass without one)."""
-        if isinstance(self.network, str):
-            raise ValueError(self.network)
-        return self.network
+        """The attempt's network, for what follows `network_unavailable` (which ends a pass without one)."""
+        if isinstance(attempt := self.network.attempt, str):
+            raise ValueError(attempt)
+        return attempt
 
     @cached_property
     def facts(self) -> Facts:
         """What the decision and the status read, for a pass through every gate."""
-        world, spec, old, network = self.world, self.spec, self.old, self.usable_network
-        settings, autopilot = world.settings, network.autopilot or in_autopilot_mode(spec, world.gke)
+        world, spec, old, attempt = self.world, self.spec, self.old, self.usable_network
+        settings = world.settings
         gang = replace(
-            Gang.of(JobRef.of(world.job), spec, old.attempt, network.profile, settings.daemon_images),
+            Gang.of(JobRef.of(world.job), spec, old.attempt, attempt.profile, settings.daemon_images),
             progress_url=settings.progress_url,
             avoided_nodes=tuple(old.avoided_nodes),
-            autopilot=autopilot,
+            autopilot=self.network.autopilot,
         )
         slow = progress.slow_ranks(world.ledger, gang.attempt)
         return Facts(
@@ -172,13 +156,13 @@ def spec_inconsistent(reading: Reading) -> Plan | None:
 
 
 def queue_name_invalid(reading: Reading) -> Plan | None:
-    problem = queue_name_problem(reading.world.job)
+    problem = reading.queue.label_problem
     return _invalid(reading, problem) if problem is not None else None
 
 
 def queue_defaulted(reading: Reading) -> Plan | None:
     """A job in a namespace whose LocalQueue is the default gets its label, recorded before anything."""
-    defaulted = default_queue(reading.world.job, reading.world.kueue.routes)
+    defaulted = reading.queue.default
     return (
         Plan(job_labels={kueue.QUEUE_LABEL: defaulted}, requeue_after=0.0) if defaulted is not None else None
     )
@@ -192,10 +176,10 @@ def inputs_missing(reading: Reading) -> Needs | None:
     carry yet."""
     world, spec, old, queueing = reading.world, reading.spec, reading.old, reading.queueing
     nodes, overdue = uncached_nodes(world), world.from_caches and bool(world.overdue)
-    networks = needs_gke_facts(spec, old, world.gke)
+    networks = reading.network.unread
     priority = None
     making = _workload_to_make(queueing, old)
-    if making or priority_may_change(queueing):
+    if making or reading.queue.priority_may_change:
         members = Gang.of(JobRef.of(world.job), spec, old.attempt)  # the priority class is the template's
         wanted = kueue.priority_class_of(world.job, [render_pod(members, m) for m in members.members])
         given = world.kueue.priority
@@ -221,9 +205,9 @@ def uncached_nodes(world: World) -> tuple[str, ...]:
 
 
 def network_unavailable(reading: Reading) -> Plan | None:
-    if isinstance(network := reading.network, str):
+    if isinstance(unavailable := reading.network.attempt, str):
         # Not the spec's fault alone: an admin may create the Networks. Look again before long.
-        return replace(_invalid(reading, network), requeue_after=RECHECK_SECONDS)
+        return replace(_invalid(reading, unavailable), requeue_after=RECHECK_SECONDS)
     return None
 
 
@@ -265,9 +249,9 @@ GATES: Final[tuple[Gate, ...]] = (
 )
 
 
-def _plan(world: World, facts: Facts, decision: Decision, network: AttemptNetwork) -> Plan:
+def _plan(world: World, facts: Facts, decision: Decision, chosen: NetworkChoice | None) -> Plan:
+    """`chosen`: the network chosen in this pass (network.PassNetwork.chosen), recorded in status.nccl."""
     spec, old, gang, observed, queueing = facts.spec, facts.status, facts.gang, facts.observed, facts.queueing
-    chosen = paired(network.chosen, gang.daemon_image, world.gke, gang.autopilot)
     admitted = queueing if queueing is not None and queueing.state == kueue.State.ADMITTED else None
     new, events = status_of_pass(facts, decision, chosen)
     kept = kept_in_place(old, observed) if keeps_gang(decision) else ()

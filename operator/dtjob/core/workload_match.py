@@ -1,14 +1,44 @@
 """Which queue a queued job is in (its label, a LocalQueue's name), and whether its Workload still matches
 it, as Kueue's job integrations decide both (jobframework's reconciler: the queue name immutable while the
-job runs, a Workload brought back to its job while suspended). Pure."""
+job runs, a Workload brought back to its job while suspended). A pass asks it all at once (`of_pass`).
+Pure."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, Priority, Queueing, State, queue_of
+from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, Priority, Queueing, State, queue_of, read
+from dtjob.core.world import KueueFacts
+
+
+@dataclass(frozen=True)
+class PassQueue:
+    """What a pass asks of the job's queue, answered at once."""
+
+    label_problem: str | None
+    """Why the queue label cannot name a LocalQueue (the job is Invalid for it), or None."""
+    default: str | None
+    """The queue label a job just created gets (`default_queue`), or None."""
+    queueing: Queueing | None
+    """Where Kueue stands with the job's Workload, for a job in a queue (the queue in force)."""
+    priority_may_change: bool
+    """The Workload takes a new priority class now (`priority_may_change`)."""
+
+
+def of_pass(job: Mapping[str, Any], kueue: KueueFacts, unqueued_gang_running: bool) -> PassQueue:
+    """The pass's queue: `unqueued_gang_running`, the attempt has live pods and Kueue never admitted it
+    (see `queue_in_force`)."""
+    queueing = None
+    if queue := queue_in_force(job, kueue.workload, unqueued_gang_running):
+        queueing = read(queue, kueue.workload, kueue.flavors, kueue.served, kueue.routes)
+        if (waits := label_waits(job, queue)) is not None:
+            queueing = replace(queueing, message=f"{queueing.message}; {waits}")
+    return PassQueue(
+        queue_name_problem(job), default_queue(job, kueue.routes), queueing, priority_may_change(queueing)
+    )
 
 
 def holds_quota(workload: Mapping[str, Any] | None) -> bool:
