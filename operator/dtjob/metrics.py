@@ -30,7 +30,8 @@ STARTUP_SECONDS = Histogram(
 RESTARTS = Counter(
     "dtjob_job_restarts_total",
     "Gang restarts, by cause: failure (charged to backoffLimit), preemption (charged to maxPreemptions), "
-    "hang (progressDeadlineSeconds; charged to maxHangRestarts) or slow-rank (slowRankRestartSeconds).",
+    "hang (progressDeadlineSeconds; charged to maxHangRestarts), slow-rank (slowRankRestartSeconds) or "
+    "requeue (evicted by Kueue for its own reasons: a PodsReady timeout, a drained queue, a deactivation).",
     ["namespace", "framework", "reason"],
 )
 REPLACEMENTS = Counter(
@@ -191,6 +192,7 @@ def record_pass(job: Mapping[str, Any], new_status: Mapping[str, Any] | None, no
         ("preemptions", "preemption"),
         ("hangs", "hang"),
         ("slowRanks", "slow-rank"),
+        ("requeues", "requeue"),
     )
     for key, reason in counters:
         if (delta := int(new_restarts.get(key, 0)) - int(old_restarts.get(key, 0))) > 0:

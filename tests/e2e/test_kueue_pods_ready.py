@@ -100,6 +100,8 @@ def test_a_running_gang_is_never_evicted_and_one_that_cannot_start_is_requeued_t
     image = images.deliver(kueue_c, images.TORCH_TRAINER)
     steady = gang("steady", queue, image, ["python", "-c", f"import time; time.sleep({RUNS_FOR})"])
     stuck = gang("stuck", queue, "localhost/dtjob-no-such-image:0", ["python", "-c", "pass"])
+    # Were Kueue's evictions of it charged as preemptions, the second would fail it MaxPreemptionsExceeded.
+    stuck["spec"]["runPolicy"] = {**stuck["spec"].get("runPolicy", {}), "maxPreemptions": 0}
     with running_operator(kueue_c, namespace):
         # The gang that runs tells Kueue it is ready: PodsReady=True on its Workload.
         jobs.create(steady)
@@ -138,7 +140,8 @@ def test_a_running_gang_is_never_evicted_and_one_that_cannot_start_is_requeued_t
             and "the Workload is inactive" in str(s.get("conditions")) and s,
             timeout=60, what="the job of the deactivated Workload Queued, saying why",
         )  # fmt: skip
-        assert queued["restarts"]["failures"] == 0, queued
+        restarts = queued["restarts"]
+        assert (restarts["failures"], restarts["preemptions"]) == (0, 0) and restarts["requeues"] >= 1, queued
         wait_for(lambda: not jobs.pods("stuck"), timeout=60, what="the gang that cannot start gone")
 
         succeeded = jobs.wait_condition("steady", "Succeeded", timeout=RUNS_FOR + 60)

@@ -196,6 +196,46 @@ def test_a_higher_priority_job_preempts_a_lower_one_whose_restart_is_a_preemptio
     assert jobs.get(victims[0])["status"]["restarts"]["preemptions"] == 1  # counted once
 
 
+def test_a_queue_drained_under_a_running_gang_requeues_it_without_spending_max_preemptions(
+    kueue_cluster: Cluster,
+    operator: KopfRunner,
+    jobs: Jobs,
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    queue: str,
+) -> None:
+    """A ClusterQueue stopped with HoldAndDrain evicts its admitted Workloads (ClusterQueueStopped): an
+    administrator's drain, which Kueue undoes when the queue starts again, not a preemption of the job.
+    With maxPreemptions 0, charging it as one would fail the job (MaxPreemptionsExceeded)."""
+    job = queued_job("drained", queue)
+    job["spec"]["runPolicy"] = {"maxPreemptions": 0}
+    jobs.create(job)
+    jobs.wait_pods("drained", 2, phase="Running", timeout=90)
+    local_queue = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "localqueues", queue)
+    cluster_queue = local_queue["spec"]["clusterQueue"]
+
+    def stop_policy(policy: str) -> None:
+        objects.patch_cluster_custom_object(
+            KUEUE, "v1beta1", "clusterqueues", cluster_queue, {"spec": {"stopPolicy": policy}}
+        )
+
+    stop_policy("HoldAndDrain")
+    status = wait_for(
+        lambda: (s := jobs.get("drained")["status"]).get("phase") == "Queued" and not jobs.pods("drained") and s,
+        timeout=60, what="the drained gang deleted and its job Queued",
+        state=lambda: jobs.get("drained").get("status"),
+    )  # fmt: skip
+    assert status["restarts"] == {"failures": 0, "preemptions": 0, "requeues": 1, "total": 1}, status
+    assert status["lastRestart"]["reason"] == "Requeued", status["lastRestart"]
+    assert "evicted by Kueue: The ClusterQueue is stopped" in status["lastRestart"]["message"], status
+
+    # The queue started again: Kueue admits the Workload again and the gang runs its next attempt.
+    stop_policy("None")
+    pods = jobs.wait_pods("drained", 2, phase="Running", timeout=90)
+    assert {p.metadata.labels["training.dtjob.io/attempt"] for p in pods} == {"2"}
+    assert jobs.get("drained")["status"]["restarts"]["total"] == 1  # counted once
+
+
 @contextlib.contextmanager
 def operator_process(namespace: str, log_dir: Path) -> Iterator[Callable[[], None]]:
     """`dtjob run` in processes of its own; yields `crash`: SIGKILL the running one, start the next."""

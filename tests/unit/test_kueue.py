@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from dtjob.core import kueue
 from dtjob.core.names import SPARE_LABEL, JobRef
 from dtjob.core.plan import Plan
@@ -543,16 +545,39 @@ def test_an_evicted_gang_hands_its_quota_back_with_pods_ready_false_so_the_next_
     assert pods_ready_written(queued_pass(job, [service_of(QUEUED)], evicted)) == ("False", "WaitForStart")
 
 
-def test_an_eviction_at_the_pods_ready_timeout_is_kueues_to_count_not_max_preemptions() -> None:
-    """Kueue's requeuingStrategy backs a gang that does not get ready off and deactivates its Workload
-    after backoffLimitCount: maxPreemptions is not charged twice for it."""
+@pytest.mark.parametrize(
+    ("reason", "active"),
+    [
+        pytest.param(kueue.PODS_READY_TIMEOUT, True, id="the PodsReady timeout"),
+        pytest.param("ClusterQueueStopped", True, id="a ClusterQueue stopped with HoldAndDrain"),
+        pytest.param("LocalQueueStopped", True, id="a LocalQueue stopped with HoldAndDrain"),
+        pytest.param("InactiveWorkload", False, id="deactivated (Kueue before v0.9)"),
+        pytest.param("Deactivated", False, id="deactivated"),
+        pytest.param("DeactivatedDueToRequeuingLimitExceeded", False, id="past the requeuing limit"),
+        pytest.param("Preempted", False, id="preempted, then deactivated by a user"),
+    ],
+)
+def test_an_eviction_for_kueues_own_reasons_is_a_requeue_charged_to_no_budget(
+    reason: str, active: bool
+) -> None:
+    """Kueue bounds these evictions itself (waitForPodsReady's requeuingStrategy backs a gang that does
+    not get ready off and deactivates its Workload after backoffLimitCount; a drained queue is an
+    administrator's; a deactivation is a user's or Kueue's): maxPreemptions is not spent on them, and the
+    restart says what it was."""
     job, children = running_gang()
     job = {**job, "spec": {**job["spec"], "runPolicy": {"maxPreemptions": 0}}}
     evicted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
-    evicted = with_reason(evicted, "Evicted", "True", kueue.PODS_READY_TIMEOUT)
+    evicted = with_reason(evicted, "Evicted", "True", reason)
+    evicted["spec"]["active"] = active
     job = after(job, queued_pass(job, children, evicted))
-    assert job["status"]["phase"] == "Restarting", job["status"]
-    assert "evicted by Kueue" in job["status"]["lastRestart"]["message"]
+    status = job["status"]
+    assert status["phase"] == "Restarting", status
+    assert status["restarts"] == {"failures": 0, "preemptions": 0, "requeues": 1, "total": 1}
+    assert (status["lastRestart"]["reason"], condition(job, "Restarting")["reason"]) == (
+        "Requeued",
+        "Requeued",
+    )
+    assert status["lastRestart"]["message"].startswith("evicted by Kueue")
 
 
 def test_an_evicted_gang_hands_its_quota_back_only_once_its_spares_are_gone_too() -> None:

@@ -232,6 +232,7 @@ def test_every_reason_says_which_counter_a_gang_restart_for_it_is_charged_to() -
         Reason.PREEMPTED: Charge.PREEMPTIONS,
         Reason.PROGRESS_DEADLINE_EXCEEDED: Charge.HANGS,
         Reason.SLOW_RANK: Charge.SLOW_RANKS,
+        Reason.REQUEUED: Charge.REQUEUES,
     }
 
 

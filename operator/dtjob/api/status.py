@@ -111,8 +111,11 @@ class Restarts(StatusModel):
     """Charged to runPolicy.maxHangRestarts: restarts after progressDeadlineSeconds ran out."""
     slow_ranks: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Restarts that moved the gang off a slow rank's node (runPolicy.slowRankRestartSeconds)."""
+    requeues: int = Field(default=0, exclude_if=lambda count: count == 0)
+    """Restarts after Kueue evicted the gang for its own reasons (waitForPodsReady's timeout, a stopped
+    queue, the Workload deactivated): Kueue bounds these itself, so they are charged to no budget."""
     total: int = 0
-    """failures + preemptions + hangs + slowRanks (a printer column)."""
+    """failures + preemptions + hangs + slowRanks + requeues (a printer column)."""
     # Written only once it counts something: only elastic jobs replace members.
     replacements: int = Field(default=0, exclude_if=lambda count: count == 0)
     """Members of an elastic gang (spec.torch.elastic) replaced one by one while the others trained on:

@@ -36,6 +36,7 @@ RESTART_KINDS: Final = (
     ("preemptions", "preemption"),
     ("hangs", "hang"),
     ("slowRanks", "slow rank"),
+    ("requeues", "requeue"),
 )
 # Colours a rank's log prefix takes, in turn (rich's standard names: readable on dark and light).
 RANK_COLOURS: Final = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")

@@ -53,6 +53,14 @@ GANG_POD_SET: Final = "gang"
 WORKLOAD_ANNOTATION: Final = f"{GROUP}/workload"
 # Kueue's reason for an eviction at the PodsReady timeout (workload_types.go).
 PODS_READY_TIMEOUT: Final = "PodsReadyTimeout"
+# Evictions that are Kueue's housekeeping, not a preemption (workload_types.go, v0.14.0 to v0.17.0): the
+# PodsReady timeout (its requeuingStrategy counts and bounds those), a ClusterQueue or LocalQueue stopped
+# with HoldAndDrain, and a deactivation (spec.active false: by a user, or by Kueue past the requeuing
+# limit; "InactiveWorkload" before v0.9, "Deactivated" after, with "DeactivatedDueTo..." variants).
+REQUEUE_EVICTIONS: Final = frozenset(
+    {PODS_READY_TIMEOUT, "ClusterQueueStopped", "LocalQueueStopped", "InactiveWorkload", "Deactivated"}
+)
+DEACTIVATION_PREFIXES: Final = ("DeactivatedDueTo", "EvictedDueToDeactivated")
 # On the Workload: a digest of what Kueue counts and places of its podSets (`pod_sets_digest`), so that a
 # pass sees whether the job's pods still match it without reading the podSets back.
 POD_SETS_ANNOTATION: Final = f"{API_GROUP}/workload-pod-sets"
@@ -135,6 +143,16 @@ class Queueing:
     """The Workload's spec.active: false, Kueue neither admits it nor keeps it admitted."""
     evicted_by: str = ""
     """Kueue's reason for an eviction (Preempted, PodsReadyTimeout, ...), while Evicted."""
+
+    @property
+    def requeued(self) -> bool:
+        """Evicted for Kueue's own reasons (REQUEUE_EVICTIONS, or the Workload deactivated), which Kueue
+        bounds itself: not a preemption of the gang (priority, a cohort's reclaim, a check retracted)."""
+        return self.state == State.EVICTED and (
+            not self.active
+            or self.evicted_by in REQUEUE_EVICTIONS
+            or self.evicted_by.startswith(DEACTIVATION_PREFIXES)
+        )
 
 
 def queue_of(job: Mapping[str, Any]) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dtjob.core.decide.decision import Action, Decision, Facts, Reason
 from dtjob.core.decide.failure import preemptions_spent
-from dtjob.core.kueue import PODS_READY_TIMEOUT
 from dtjob.core.kueue import State as QueueState
 
 
@@ -27,13 +26,11 @@ def not_admitted(facts: Facts) -> Decision | None:
     if queueing.state == QueueState.EVICTED and live:
         # Kueue's eviction (priority preemption, quota reclaimed, a check retracted) is an interruption
         # the trainers did not cause: a preemption, after which the gang waits to be admitted again;
-        # charged to maxPreemptions as any other. A gang that did not get ready in waitForPodsReady's
-        # timeout is Kueue's to count (its requeuingStrategy backs off, then deactivates the Workload).
+        # charged to maxPreemptions as any other. One for Kueue's own reasons (a gang not ready in
+        # waitForPodsReady's timeout, a queue drained, the Workload deactivated) is Kueue's to bound (its
+        # requeuingStrategy backs off, then deactivates): counted apart, charged to no budget.
         cause = f"evicted by Kueue: {queueing.message}"
-        restart = Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
-        return (
-            restart
-            if queueing.evicted_by == PODS_READY_TIMEOUT
-            else preemptions_spent(facts, cause) or restart
-        )
+        if queueing.requeued:
+            return Decision(Action.RESTART_GANG, Reason.REQUEUED, cause)
+        return preemptions_spent(facts, cause) or Decision(Action.RESTART_GANG, Reason.PREEMPTED, cause)
     return Decision(Action.SUSPEND, Reason.QUEUED, queueing.message)

@@ -81,6 +81,10 @@ class Reason(StrEnum):
     """A rank stayed slow for runPolicy.slowRankRestartSeconds: the gang moves off its node."""
     MEMBER_REPLACED = "MemberReplaced"
     """An elastic gang lost members it can train without (spec.torch.elastic): they are replaced."""
+    REQUEUED = "Requeued"
+    """Kueue took the admission back for its own reasons, not a preemption: waitForPodsReady's timeout, a
+    ClusterQueue or LocalQueue stopped with HoldAndDrain, the Workload deactivated. Kueue bounds these
+    itself (its requeuingStrategy), so they spend no budget of the job's."""
     WORKLOAD_FINISHED = "WorkloadFinished"
     """The job's Kueue Workload was marked Finished while the job had not ended: Kueue never admits it
     again (its jobframework does so when a job cannot start: FailedToStart)."""
@@ -93,6 +97,7 @@ class Charge(StrEnum):
     PREEMPTIONS = "preemptions"
     HANGS = "hangs"
     SLOW_RANKS = "slow_ranks"
+    REQUEUES = "requeues"
 
 
 RESTART_CHARGES: Final[Mapping[Reason, Charge | None]] = MappingProxyType(
@@ -101,6 +106,7 @@ RESTART_CHARGES: Final[Mapping[Reason, Charge | None]] = MappingProxyType(
         Reason.PREEMPTED: Charge.PREEMPTIONS,
         Reason.PROGRESS_DEADLINE_EXCEEDED: Charge.HANGS,
         Reason.SLOW_RANK: Charge.SLOW_RANKS,
+        Reason.REQUEUED: Charge.REQUEUES,
         Reason.RANK_ZERO_SUCCEEDED: None,
         Reason.ALL_WORKERS_SUCCEEDED: None,
         Reason.BACKOFF_LIMIT_EXCEEDED: None,
