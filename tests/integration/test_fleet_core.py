@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,9 +18,10 @@ from kubernetes import client
 
 import dtjob.core.writes
 from dtjob.core.observed import pod_essentials
-from dtjob.core.plan import Event
+from dtjob.core.plan import Event, Plan
+from dtjob.core.reconcile import reconcile
 from dtjob.core.render import render_children
-from dtjob.core.world import KueueFacts, World
+from dtjob.core.world import KueueFacts, Needs, World
 from dtjob.kube.access import Kube
 from dtjob.kube.events import EventRecorder
 from dtjob.kube.gate import Gate
@@ -236,6 +238,36 @@ def test_created_pods_the_watch_never_delivered_are_asked_for_before_they_count_
     assert sorted(p["metadata"]["name"] for p in lagging) == ["lagged-worker-0", "lagged-worker-1"]
     assert plan.status is None and not plan.create and not plan.delete
     assert jobs.get("lagged")["status"]["attempt"] == 1
+
+
+def test_a_node_the_node_cache_lacks_is_read_before_its_pods_count_as_lost(
+    cluster_b: Cluster, crd: dict[str, Any], jobs: Jobs, namespace: str
+) -> None:
+    """The node watch can be behind the pod watch (a node registered while the watch was restarting): the
+    pass then reads the nodes its pods are bound to (Needs.nodes) before it judges them gone, which would
+    take every member for lost on a deleted node and restart the gang."""
+    with running_operator(cluster_b, namespace):
+        jobs.create(pytorch_job("unseen"))
+        jobs.wait_condition("unseen", "Running")
+    job = jobs.get("unseen")
+    pods = [pod_essentials(jobs.core.api_client.sanitize_for_serialization(p)) for p in jobs.pods("unseen")]
+    assert all(p["spec"]["nodeName"] for p in pods), pods
+    service = jobs.core.api_client.sanitize_for_serialization(
+        jobs.core.read_namespaced_service("unseen", namespace)
+    )
+    children = [*pods, {**service, "kind": "Service"}]
+    now = datetime.now(UTC)
+    # What a pass judging the cache as it stands would do: the nodes absent, the members lost.
+    cached = World(job, children, now, [], kueue=KueueFacts(served=False))
+    judged = reconcile(cached)
+    assert isinstance(judged, Plan) and judged.status is not None, judged
+    assert judged.status["phase"] == "Restarting", judged.status
+    # Marked as the caches it is: the core asks for the nodes, the pass reads them, and writes nothing.
+    world = replace(cached, from_caches=True)
+    assert reconcile(world) == Needs(nodes=tuple(sorted({p["spec"]["nodeName"] for p in pods})))
+    plan = run_pass(threading.BoundedSemaphore(1), Kube.at(DEFAULT_API_QPS, DEFAULT_API_BURST), world)[0]
+    assert plan.status is None and not plan.create and not plan.delete, plan
+    assert jobs.get("unseen")["status"]["attempt"] == 1
 
 
 def test_a_job_loop_that_dies_outside_its_pass_is_started_again_with_an_event(
