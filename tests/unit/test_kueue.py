@@ -303,6 +303,19 @@ def test_a_job_naming_no_priority_class_gets_the_clusters_global_default_as_kueu
     assert none is not None and "priority" not in none["spec"] and "priorityClassName" not in none["spec"]
 
 
+def test_of_several_global_default_priority_classes_the_lowest_is_the_workloads_as_kueue_takes_it() -> None:
+    """The apiserver lets two PriorityClasses be globalDefault (a race); Kueue then takes the lowest value."""
+    classes = [("system-node-critical", 2000001000, False), ("batch", 100, True), ("low", -5, True),
+               ("also-low", -5, True)]  # fmt: skip
+    assert kueue.global_default_priority(classes) == kueue.Priority(
+        kueue.POD_PRIORITY_SOURCE, "low", -5, global_default=True
+    )
+    assert kueue.global_default_priority([("batch", 100, False)]) == kueue.Priority(
+        kueue.POD_PRIORITY_SOURCE, "", 0, global_default=True
+    )
+    assert kueue.global_default_priority([]).answers(kueue.GLOBAL_DEFAULT_PRIORITY)
+
+
 def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> None:
     job, children = running_gang()
     suspended = {**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}

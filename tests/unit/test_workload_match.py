@@ -139,6 +139,42 @@ def test_a_queue_label_added_to_a_running_unqueued_gang_waits_until_the_gang_sto
     )  # once the gang has stopped
 
 
+def with_limit(job: dict[str, Any], resource: str, amount: str) -> dict[str, Any]:
+    """The job with every role's trainer limited to `amount` of `resource`, requesting none of it."""
+    changed = copy.deepcopy(job)
+    for replica in changed["spec"]["replicas"]:
+        container = replica["template"]["spec"]["containers"][0]
+        container.setdefault("resources", {}).setdefault("limits", {})[resource] = amount
+    return changed
+
+
+def test_a_limit_changed_where_no_request_is_given_reaches_the_workload_as_kueue_counts_it() -> None:
+    """Kueue counts a container's limit as its request where the request is missing (AdjustResources):
+    a limits-only change is a change of what the Workload holds quota for."""
+    job = after(QUEUED, plan_for(QUEUED, [], NOW, workload=None))
+    one = with_limit(job, "example.com/fpga", "1")
+    written = plan_for(one, [], NOW, workload=None).workload
+    assert written is not None
+    pending = workload(PENDING)
+    pending["metadata"]["annotations"] = written["metadata"]["annotations"]
+    assert plan_for(one, [], NOW, workload=pending).workload_spec is None  # it matches
+    assert (
+        plan_for(with_limit(job, "example.com/fpga", "2"), [], NOW, workload=pending).workload_spec
+        is not None
+    )
+    # A limit whose resource is requested adds nothing to what Kueue counts: the digest is the same as
+    # without the limit (Workloads written before limits were counted are not rewritten).
+    requested = with_cpu(job, "1")
+    bounded = with_limit(requested, "cpu", "2")
+    digests = [
+        (plan_for(j, [], NOW, workload=None).workload or {})["metadata"]["annotations"][
+            kueue.POD_SETS_ANNOTATION
+        ]
+        for j in (requested, bounded)
+    ]
+    assert digests[0] == digests[1]
+
+
 def test_a_gang_kueue_admitted_whose_workload_is_gone_is_queued_again_as_kueue_stops_it() -> None:
     job, children, _ = running_gang()
     plan = plan_for(job, children, NOW, workload=None, flavors=FLAVORS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -102,6 +102,18 @@ class Priority:
 
 
 GLOBAL_DEFAULT_PRIORITY: Final = Priority(POD_PRIORITY_SOURCE, "", global_default=True)
+
+
+def global_default_priority(classes: Iterable[tuple[str, int, bool]]) -> Priority:
+    """The cluster's globalDefault PriorityClass among `classes` (name, value, globalDefault), as Kueue
+    takes it (pkg/util/priority: getDefaultPriorityClass): with more than one (a race the apiserver
+    allows), the lowest value, the first listed of equals; none, value 0 and no name."""
+    default: tuple[str, int] | None = None
+    for name, value, is_default in classes:
+        if is_default and (default is None or value < default[1]):
+            default = (name, value)
+    name, value = default or ("", 0)
+    return Priority(POD_PRIORITY_SOURCE, name, value, global_default=True)
 
 
 def priority_class_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Priority:
@@ -265,19 +277,29 @@ def _one_topology_domain(pods: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def _scheduling_shape(pod: Mapping[str, Any]) -> str:
-    """What Kueue reads of a pod to count and place it: its topology request, requests, node selection,
-    tolerations and priority."""
+    """What Kueue reads of a pod to count and place it: its topology request, requests (a limit where the
+    request is missing, as Kueue counts it: workload.AdjustResources), node selection, tolerations and
+    priority."""
     spec = pod["spec"]
     shape = {
         "topology": _topology_request(pod, RANK_LABEL),
         "requests": [
-            (c.get("resources") or {}).get("requests")
-            for key in ("initContainers", "containers")
-            for c in spec.get(key) or []
+            _counted_requests(c) for key in ("initContainers", "containers") for c in spec.get(key) or []
         ],
         **{key: spec.get(key) for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName")},
     }
     return json.dumps(shape, sort_keys=True)
+
+
+def _counted_requests(container: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A container's requests as Kueue counts them: its limit for a resource it requests nothing of.
+    Its requests as given where no limit adds to them, so that the digests of Workloads written before
+    limits were counted stay the same."""
+    resources = container.get("resources") or {}
+    requests, limits = resources.get("requests"), resources.get("limits") or {}
+    if all(name in (requests or {}) for name in limits):
+        return requests
+    return {**limits, **(requests or {})}
 
 
 def _topology_request(pod: Mapping[str, Any], index_label: str) -> dict[str, Any] | None:

@@ -198,10 +198,10 @@ class Reader:
         the cluster's globalDefault PriorityClass where it names none."""
         self._gate.read()
         if wanted.global_default:
-            classes: Any = client.SchedulingV1Api(api_client()).list_priority_class().to_dict()["items"]
-            default = next((c for c in classes if c.get("global_default")), None)
-            name, given = (default["metadata"]["name"], default["value"]) if default is not None else ("", 0)
-            return kueue.Priority(wanted.source, name, int(given), global_default=True)
+            classes: Any = client.SchedulingV1Api(api_client()).list_priority_class().items
+            return kueue.global_default_priority(
+                (c.metadata.name, int(c.value), bool(c.global_default)) for c in classes
+            )
         value: Any
         try:
             if wanted.source == kueue.WORKLOAD_PRIORITY_SOURCE:
