@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.api import NcclProfileName
-from dtjob.core import kueue
+from dtjob.core import kueue_priority
 from dtjob.core.gke import Installer
 from dtjob.core.plan import Plan
 from dtjob.core.progress import Ledger
@@ -23,7 +23,7 @@ NAMES = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
 
 # What the runtime reads for a queued job that names no priority class on a cluster without a
 # globalDefault PriorityClass: the Workload carries none (priority 0).
-NO_DEFAULT_PRIORITY = kueue.Priority(kueue.POD_PRIORITY_SOURCE, "", 0, global_default=True)
+NO_DEFAULT_PRIORITY = kueue_priority.Priority(kueue_priority.POD_PRIORITY_SOURCE, "", 0, global_default=True)
 
 
 def world_of(
@@ -40,7 +40,7 @@ def world_of(
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
     kueue_served: bool = True,
-    priority: kueue.Priority | None = NO_DEFAULT_PRIORITY,
+    priority: kueue_priority.Priority | None = NO_DEFAULT_PRIORITY,
     routes: Mapping[str, str] | None = None,
     ledger: Ledger | None = None,
     progress_url: str | None = None,

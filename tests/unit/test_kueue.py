@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dtjob.core import kueue
+from dtjob.core import kueue, kueue_priority
 from dtjob.core.names import SPARE_LABEL, JobRef
 from dtjob.core.plan import Plan
 from dtjob.core.reconcile import refused_pods
@@ -236,16 +236,22 @@ def test_a_job_without_a_queue_is_untouched_by_kueue() -> None:
 
 
 def test_the_workload_carries_the_value_of_the_priority_class_the_job_names() -> None:
-    labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue.PRIORITY_CLASS_LABEL: "high"}
+    labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue_priority.PRIORITY_CLASS_LABEL: "high"}
     job = {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": labels}}
     # Nothing is decided until it is read.
-    assert needs_for(job, [], NOW) == Needs(priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
-    plan = plan_for(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high", 1000))
+    assert needs_for(job, [], NOW) == Needs(
+        priority=kueue_priority.Priority(kueue_priority.WORKLOAD_PRIORITY_SOURCE, "high")
+    )
+    plan = plan_for(
+        job, [], NOW, priority=kueue_priority.Priority(kueue_priority.WORKLOAD_PRIORITY_SOURCE, "high", 1000)
+    )
     assert plan.workload is not None
     spec = plan.workload["spec"]
     assert (spec["priorityClassName"], spec["priorityClassSource"], spec["priority"]) == (
         "high", "kueue.x-k8s.io/workloadpriorityclass", 1000)  # fmt: skip
-    missing = plan_for(job, [], NOW, priority=kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high"))
+    missing = plan_for(
+        job, [], NOW, priority=kueue_priority.Priority(kueue_priority.WORKLOAD_PRIORITY_SOURCE, "high")
+    )
     assert missing.workload is None and missing.requeue_after == 30.0
     assert "priority class high" in condition(after(job, missing), "Invalid")["message"]
 
@@ -257,14 +263,14 @@ def test_a_priority_class_label_changed_while_the_job_waits_reaches_its_workload
     once quota is reserved)."""
 
     def labelled(priority: str) -> dict[str, Any]:
-        labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue.PRIORITY_CLASS_LABEL: priority}
+        labels = {kueue.QUEUE_LABEL: "team-a-gpus", kueue_priority.PRIORITY_CLASS_LABEL: priority}
         return {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": labels}}
 
-    low = kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "low", 10)
+    low = kueue_priority.Priority(kueue_priority.WORKLOAD_PRIORITY_SOURCE, "low", 10)
     made = plan_for(labelled("low"), [], NOW, priority=low).workload
     assert made is not None
     pending = {**workload(("QuotaReserved", "False")), "spec": made["spec"]}
-    high = kueue.Priority(kueue.WORKLOAD_PRIORITY_SOURCE, "high")
+    high = kueue_priority.Priority(kueue_priority.WORKLOAD_PRIORITY_SOURCE, "high")
     assert needs_for(labelled("high"), [], NOW, workload=pending, flavors=FLAVORS) == Needs(priority=high)
     plan = plan_for(
         labelled("high"), [], NOW, workload=pending, flavors=FLAVORS, priority=replace(high, value=1000)
@@ -272,7 +278,7 @@ def test_a_priority_class_label_changed_while_the_job_waits_reaches_its_workload
     assert plan.workload_spec is not None
     assert plan.workload_spec["metadata"]["resourceVersion"] == "7"
     assert {k: plan.workload_spec["spec"][k] for k in ("priorityClassName", "priorityClassSource", "priority")} == {
-        "priorityClassName": "high", "priorityClassSource": kueue.WORKLOAD_PRIORITY_SOURCE, "priority": 1000}  # fmt: skip
+        "priorityClassName": "high", "priorityClassSource": kueue_priority.WORKLOAD_PRIORITY_SOURCE, "priority": 1000}  # fmt: skip
     # Unchanged, or held: nothing to read, nothing written.
     assert queued_pass(labelled("low"), [], pending).workload_spec is None
     admitted = {
@@ -285,15 +291,22 @@ def test_a_priority_class_label_changed_while_the_job_waits_reaches_its_workload
 def test_without_a_workload_priority_class_the_pods_priority_class_is_the_workloads() -> None:
     pods = list(pods_of(QUEUED).values())
     pods[0]["spec"]["priorityClassName"] = "batch-high"
-    assert kueue.priority_class_of(QUEUED, pods) == kueue.Priority(kueue.POD_PRIORITY_SOURCE, "batch-high")
-    assert kueue.priority_class_of(QUEUED, list(pods_of(QUEUED).values())) == kueue.GLOBAL_DEFAULT_PRIORITY
+    assert kueue_priority.priority_class_of(QUEUED, pods) == kueue_priority.Priority(
+        kueue_priority.POD_PRIORITY_SOURCE, "batch-high"
+    )
+    assert (
+        kueue_priority.priority_class_of(QUEUED, list(pods_of(QUEUED).values()))
+        == kueue_priority.GLOBAL_DEFAULT_PRIORITY
+    )
 
 
 def test_a_job_naming_no_priority_class_gets_the_clusters_global_default_as_kueue_gives_it() -> None:
     """Kueue's integrations give a Workload that names no class the globalDefault PriorityClass (its name,
     source and value); dtjob sent 0, which ranked its gangs below everyone's and preempted them first."""
-    assert needs_for(QUEUED, [], NOW, priority=None) == Needs(priority=kueue.GLOBAL_DEFAULT_PRIORITY)
-    default = kueue.Priority(kueue.POD_PRIORITY_SOURCE, "cluster-default", 500, global_default=True)
+    assert needs_for(QUEUED, [], NOW, priority=None) == Needs(priority=kueue_priority.GLOBAL_DEFAULT_PRIORITY)
+    default = kueue_priority.Priority(
+        kueue_priority.POD_PRIORITY_SOURCE, "cluster-default", 500, global_default=True
+    )
     workload = plan_for(QUEUED, [], NOW, priority=default).workload
     assert workload is not None
     spec = workload["spec"]
@@ -307,13 +320,13 @@ def test_of_several_global_default_priority_classes_the_lowest_is_the_workloads_
     """The apiserver lets two PriorityClasses be globalDefault (a race); Kueue then takes the lowest value."""
     classes = [("system-node-critical", 2000001000, False), ("batch", 100, True), ("low", -5, True),
                ("also-low", -5, True)]  # fmt: skip
-    assert kueue.global_default_priority(classes) == kueue.Priority(
-        kueue.POD_PRIORITY_SOURCE, "low", -5, global_default=True
+    assert kueue_priority.global_default_priority(classes) == kueue_priority.Priority(
+        kueue_priority.POD_PRIORITY_SOURCE, "low", -5, global_default=True
     )
-    assert kueue.global_default_priority([("batch", 100, False)]) == kueue.Priority(
-        kueue.POD_PRIORITY_SOURCE, "", 0, global_default=True
+    assert kueue_priority.global_default_priority([("batch", 100, False)]) == kueue_priority.Priority(
+        kueue_priority.POD_PRIORITY_SOURCE, "", 0, global_default=True
     )
-    assert kueue.global_default_priority([]).answers(kueue.GLOBAL_DEFAULT_PRIORITY)
+    assert kueue_priority.global_default_priority([]).answers(kueue_priority.GLOBAL_DEFAULT_PRIORITY)
 
 
 def test_suspending_deactivates_the_workload_and_resuming_queues_it_again() -> None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
 from dtjob.api import GROUP as API_GROUP
 from dtjob.api import KIND
+from dtjob.core.kueue_priority import Priority
 from dtjob.core.kueue_waiting import inactive, waiting_for, where
 from dtjob.core.names import RANK_LABEL, REPLICA_INDEX_LABEL, ROLE_LABEL, JobRef, job_labels
 
@@ -38,7 +39,6 @@ PROVISIONING_PARAMETER_PREFIX: Final = "provreq.kueue.x-k8s.io/"
 RESOURCE_FLAVORS: Final = "resourceflavors"
 LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
-PRIORITY_CLASS_LABEL: Final = f"{GROUP}/priority-class"
 # A role's topology request (Topology Aware Scheduling), as Kueue's integrations take it: an annotation
 # on the pod template naming a level of the flavor's Topology (e.g. cloud.google.com/gce-topology-block).
 TOPOLOGY_ANNOTATIONS: Final = {
@@ -75,57 +75,6 @@ class State(StrEnum):
     EVICTED = "Evicted"
     """Kueue took the admission back; it keeps the quota until the operator says the gang is gone."""
     FINISHED = "Finished"
-
-
-WORKLOAD_PRIORITY_CLASSES: Final = "workloadpriorityclasses"
-# Where a Workload's priority comes from (its spec.priorityClassSource), as Kueue names the two sources.
-WORKLOAD_PRIORITY_SOURCE: Final = f"{GROUP}/workloadpriorityclass"
-POD_PRIORITY_SOURCE: Final = "scheduling.k8s.io/priorityclass"
-
-
-@dataclass(frozen=True)
-class Priority:
-    """A Workload's priority: the class named, where it is defined, and its value (None: no such class)."""
-
-    source: str
-    class_name: str
-    value: int | None = None
-    global_default: bool = False
-    """The job names no class: the cluster's globalDefault PriorityClass is the Workload's (class_name
-    empty and value 0 where the cluster has none), as Kueue's integrations take it."""
-
-    def answers(self, wanted: Priority) -> bool:
-        """Whether this read is the one `wanted` asked for."""
-        if wanted.global_default:
-            return self.global_default
-        return (self.source, self.class_name) == (wanted.source, wanted.class_name)
-
-
-GLOBAL_DEFAULT_PRIORITY: Final = Priority(POD_PRIORITY_SOURCE, "", global_default=True)
-
-
-def global_default_priority(classes: Iterable[tuple[str, int, bool]]) -> Priority:
-    """The cluster's globalDefault PriorityClass among `classes` (name, value, globalDefault), as Kueue
-    takes it (pkg/util/priority: getDefaultPriorityClass): with more than one (a race the apiserver
-    allows), the lowest value, the first listed of equals; none, value 0 and no name."""
-    default: tuple[str, int] | None = None
-    for name, value, is_default in classes:
-        if is_default and (default is None or value < default[1]):
-            default = (name, value)
-    name, value = default or ("", 0)
-    return Priority(POD_PRIORITY_SOURCE, name, value, global_default=True)
-
-
-def priority_class_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Priority:
-    """The priority class a queued job names, as Kueue's integrations pick it: the job's
-    `kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass), else its pods' priorityClassName,
-    else the cluster's globalDefault PriorityClass (pkg/util/priority: GetPriorityFromPriorityClass)."""
-    if name := (job["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL):
-        return Priority(WORKLOAD_PRIORITY_SOURCE, name)
-    for pod in pods:
-        if name := pod["spec"].get("priorityClassName"):
-            return Priority(POD_PRIORITY_SOURCE, name)
-    return GLOBAL_DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True)

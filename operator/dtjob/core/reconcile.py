@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from dtjob.api import ConditionType, DistributedTrainingJobSpec, JobStatus, parse_job
 from dtjob.api.errors import describe
 from dtjob.api.semantics import semantic_problems
-from dtjob.core import kueue, network, progress, workload_match
+from dtjob.core import kueue, kueue_priority, network, progress, workload_match
 from dtjob.core.decide import Action, Decision, Facts, decide, kept_in_place
 from dtjob.core.frameworks import Gang
 from dtjob.core.gke import NetworkChoice
@@ -181,7 +181,9 @@ def inputs_missing(reading: Reading) -> Needs | None:
     making = _workload_to_make(queueing, old)
     if making or reading.queue.priority_may_change:
         members = Gang.of(JobRef.of(world.job), spec, old.attempt)  # the priority class is the template's
-        wanted = kueue.priority_class_of(world.job, [render_pod(members, m) for m in members.members])
+        wanted = kueue_priority.priority_class_of(
+            world.job, [render_pod(members, m) for m in members.members]
+        )
         given = world.kueue.priority
         moved = (
             queueing is not None

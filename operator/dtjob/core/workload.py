@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.api import Condition, ConditionType, DistributedTrainingJobSpec, JobStatus, timestamp
-from dtjob.core import kueue
+from dtjob.core import kueue, kueue_priority
 from dtjob.core.frameworks import Gang
 from dtjob.core.observed import Observed
 from dtjob.core.plan import Delete
@@ -36,7 +36,7 @@ def workload_to_create(
     gang: Gang,
     queueing: kueue.Queueing | None,
     new: JobStatus,
-    priority: kueue.Priority | None,
+    priority: kueue_priority.Priority | None,
 ) -> dict[str, Any] | None:
     if queueing is None or queueing.state != kueue.State.MISSING or new.finished:
         return None
@@ -44,7 +44,7 @@ def workload_to_create(
 
 
 def _rendered(
-    job: Mapping[str, Any], gang: Gang, queue: str, priority: kueue.Priority | None
+    job: Mapping[str, Any], gang: Gang, queue: str, priority: kueue_priority.Priority | None
 ) -> dict[str, Any]:
     pods = [render_pod(gang, member) for member in gang.members]
     # Spares hold the same resources as members: the quota counts them.
@@ -62,7 +62,7 @@ def workload_spec(
     queueing: kueue.Queueing | None,
     spec: DistributedTrainingJobSpec,
     old: JobStatus,
-    priority: kueue.Priority | None = None,
+    priority: kueue_priority.Priority | None = None,
 ) -> dict[str, Any] | None:
     """A merge patch of the Workload (its name in metadata) that keeps it the job's, as Kueue's job
     integrations keep theirs: spec.active false while the job is suspended, true again on its resume only

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, Priority, Queueing, State, queue_of, read
+from dtjob.core.kueue import POD_SETS_ANNOTATION, QUEUE_LABEL, Queueing, State, queue_of, read
+from dtjob.core.kueue_priority import Priority
 from dtjob.core.world import KueueFacts
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from dtjob.api import NcclProfileName
 from dtjob.core.gke import Installer
-from dtjob.core.kueue import Priority
+from dtjob.core.kueue_priority import Priority
 from dtjob.core.progress import Ledger
 
 

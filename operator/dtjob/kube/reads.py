@@ -18,7 +18,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
-from dtjob.core import kueue
+from dtjob.core import kueue, kueue_priority
 from dtjob.core.gke import (
     NETWORK_GROUP,
     NETWORK_PLURAL,
@@ -193,20 +193,20 @@ class Reader:
             raise
         return any(resource.name == kueue.WORKLOADS for resource in found.resources or [])
 
-    def read_priority(self, wanted: kueue.Priority) -> kueue.Priority:
+    def read_priority(self, wanted: kueue_priority.Priority) -> kueue_priority.Priority:
         """The value of the priority class a queued job names (value None when there is no such class), or
         the cluster's globalDefault PriorityClass where it names none."""
         self._gate.read()
         if wanted.global_default:
             classes: Any = client.SchedulingV1Api(api_client()).list_priority_class().items
-            return kueue.global_default_priority(
+            return kueue_priority.global_default_priority(
                 (c.metadata.name, int(c.value), bool(c.global_default)) for c in classes
             )
         value: Any
         try:
-            if wanted.source == kueue.WORKLOAD_PRIORITY_SOURCE:
+            if wanted.source == kueue_priority.WORKLOAD_PRIORITY_SOURCE:
                 found: Any = custom().get_cluster_custom_object(
-                    kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PRIORITY_CLASSES, wanted.class_name
+                    kueue.GROUP, kueue.VERSION, kueue_priority.WORKLOAD_PRIORITY_CLASSES, wanted.class_name
                 )
                 value = found["value"]
             else:
@@ -215,4 +215,4 @@ class Reader:
             if err.status == 404:
                 return wanted
             raise
-        return kueue.Priority(wanted.source, wanted.class_name, int(value))
+        return kueue_priority.Priority(wanted.source, wanted.class_name, int(value))
