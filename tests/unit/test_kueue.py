@@ -8,10 +8,14 @@ from typing import Any
 
 import pytest
 
+from dtjob.api import DistributedTrainingJobSpec
 from dtjob.core import kueue, kueue_priority
+from dtjob.core.frameworks import Gang
 from dtjob.core.names import SPARE_LABEL, JobRef
+from dtjob.core.observed import observe
 from dtjob.core.plan import Plan
 from dtjob.core.reconcile import refused_pods
+from dtjob.core.workload import Readiness, gang_readiness, pods_ready, was_ready
 from dtjob.core.world import Needs
 from tests.support.builders import NOW, exited, pods_of, running, service_of, template
 from tests.support.kueue import FLAVORS, JOB, QUEUED, workload
@@ -558,6 +562,51 @@ def test_an_admitted_gang_tells_kueue_its_pods_are_ready_once_every_member_is_an
         for c in (exited(c, 0) for c in children)
     ]
     assert pods_ready_written(queued_pass(job, leaving, ready)) in (None, ("True", "Started"))
+
+
+def readiness(
+    children: list[dict[str, Any]], attempt: int = 1, needed: int = 3, started: bool = False
+) -> Readiness:
+    spec = DistributedTrainingJobSpec.model_validate(QUEUED["spec"])
+    observed = observe(children, NOW)
+    kept = observed.not_of_attempt(attempt)  # as an in-place restart keeps them
+    return gang_readiness(Gang.of(JobRef.of(QUEUED), spec, attempt), observed, needed, kept, started)
+
+
+def relabelled_pod(pod: dict[str, Any], **labels: str) -> dict[str, Any]:
+    return {**pod, "metadata": {**pod["metadata"], "labels": {**pod["metadata"]["labels"], **labels}}}
+
+
+def test_the_gang_is_ready_as_kueue_counts_ready_and_succeeded_pods_against_what_it_needs() -> None:
+    """A batch Job is ready at `ready + succeeded >= parallelism`; so is a gang, of its members."""
+    pods = pods_of(QUEUED)
+    master, worker0, worker1 = (pods[n] for n in ("mnist-master-0", "mnist-worker-0", "mnist-worker-1"))
+    assert readiness([running(master), running(worker0), running(worker1)]) == Readiness.READY
+    assert readiness([running(master), running(worker0), worker1]) == Readiness.NOT_READY
+    # One member done while the others never started: ending, not ready (before, it made the gang ready,
+    # and Kueue's timeout never evicted a gang that could not start).
+    assert readiness([exited(master, 0), worker0, worker1]) == Readiness.ENDING
+    assert readiness([exited(master, 0), exited(worker0, 0), running(worker1)]) == Readiness.READY
+    # An elastic gang trains at its minimum.
+    assert readiness([running(master), running(worker0), worker1], needed=2) == Readiness.READY
+
+
+def test_an_in_place_restart_or_a_spare_taking_a_rank_is_no_loss_of_readiness() -> None:
+    """The pods an in-place restart keeps carry the old attempt's label for a pass; a spare takes a lost
+    member's rank before its pod is relabelled. Neither may flip PodsReady to WaitForRecovery, which under
+    blockAdmission holds every other admission."""
+    pods = pods_of(QUEUED)
+    master, worker0, worker1 = (pods[n] for n in ("mnist-master-0", "mnist-worker-0", "mnist-worker-1"))
+    kept = [running(master), running(worker0), running(worker1)]
+    assert readiness(kept, attempt=2) == Readiness.READY
+    spare = running(relabelled_pod(worker1, **{SPARE_LABEL: "true"}))
+    spare["metadata"] = {**spare["metadata"], "name": "mnist-worker-spare-0"}
+    taking_over = [running(master), running(worker0), spare]
+    assert readiness(taking_over, started=True) == Readiness.READY
+    assert readiness(taking_over, started=False) == Readiness.NOT_READY  # spares are not awaited to start
+    ready = with_reason(workload(("Admitted", "True"), admission=True), "PodsReady", "True", "Started")
+    assert pods_ready(ready, readiness(taking_over, started=was_ready(ready)), "now") is None
+    assert pods_ready(ready, Readiness.ENDING, "now") is None
 
 
 def test_an_evicted_gang_hands_its_quota_back_with_pods_ready_false_so_the_next_admission_is_timed_anew() -> (

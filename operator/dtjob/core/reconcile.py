@@ -47,6 +47,7 @@ from dtjob.core.status.codec import dump_status, read_status
 from dtjob.core.status.of_pass import status_of_pass
 from dtjob.core.workload import (
     failed_to_start,
+    gang_needs,
     workload_spec,
     workload_status,
     workload_to_create,
@@ -263,7 +264,7 @@ def _plan(world: World, facts: Facts, decision: Decision, chosen: NetworkChoice 
         create=pods,
         apply=service,
         workload=workload_to_create(world.job, gang, queueing, new, world.kueue.priority),
-        workload_status=workload_status(queueing, gang, observed, new, world.now),
+        workload_status=workload_status(queueing, gang, observed, new, world.now, gang_needs(spec, gang)),
         workload_spec=workload_spec(world.job, gang, queueing, spec, old, world.kueue.priority),
         relabel=relabel,
         delete=[delete for delete, _ in planned_deletes]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from dtjob.api import Condition, ConditionType, DistributedTrainingJobSpec, JobStatus, timestamp
 from dtjob.core import kueue, kueue_priority
+from dtjob.core.decide.members import kept_in_place
 from dtjob.core.frameworks import Gang
-from dtjob.core.observed import Observed
+from dtjob.core.observed import Observed, PodView
 from dtjob.core.plan import Delete
 from dtjob.core.render import render_pod, render_spare
 from dtjob.core.views import PodState
@@ -103,11 +105,16 @@ def workload_to_delete(workload: Mapping[str, Any] | None, queueing: kueue.Queue
 
 
 def workload_status(
-    queueing: kueue.Queueing | None, gang: Gang, observed: Observed, new: JobStatus, now: datetime
+    queueing: kueue.Queueing | None,
+    gang: Gang,
+    observed: Observed,
+    new: JobStatus,
+    now: datetime,
+    needed: int,
 ) -> dict[str, Any] | None:
     """An evicted gang's quota handed back once no pod of it is left (its spares, counted in the Workload,
-    included); a finished job's Workload Finished;
-    an admitted one's PodsReady as Kueue's job integrations keep it."""
+    included); a finished job's Workload Finished; an admitted one's PodsReady as Kueue's job
+    integrations keep it, `needed` members Ready or Succeeded (see gang_readiness)."""
     if queueing is None or queueing.workload is None:
         return None
     patch: dict[str, Any] | None = None
@@ -119,7 +126,9 @@ def workload_status(
     elif queueing.state == kueue.State.EVICTED and not observed.pods and not observed.spares:
         patch = admission_cleared(queueing.workload, timestamp(now))
     elif queueing.state == kueue.State.ADMITTED:
-        patch = pods_ready(queueing.workload, gang_ready(gang, observed), timestamp(now))
+        kept = kept_in_place(new, observed)
+        readiness = gang_readiness(gang, observed, needed, kept, was_ready(queueing.workload))
+        patch = pods_ready(queueing.workload, readiness, timestamp(now))
     return None if patch is None else _guarded(queueing.workload, patch)
 
 
@@ -141,33 +150,70 @@ def failed_to_start(
     return _guarded(queueing.workload, patch)
 
 
-def gang_ready(gang: Gang, observed: Observed) -> bool:
-    """Every member of the attempt Ready or Succeeded: what Kueue's waitForPodsReady waits for (a batch
-    Job's `ready + succeeded >= parallelism`). Spares are not awaited: the gang trains without them. Once a
-    member's trainer has exited 0 the gang is ending, not lost: its members leaving Ready on their way out
-    (Ready turns False before the phase turns Succeeded) are no recovery to wait for."""
+def gang_needs(spec: DistributedTrainingJobSpec, gang: Gang) -> int:
+    """The members Kueue's waitForPodsReady waits for: the gang's, or an elastic gang's minimum (it trains
+    with that many; the rest may wait for capacity)."""
+    elastic = spec.torch.elastic
+    return elastic.min_replicas if elastic is not None else len(gang.members)
+
+
+class Readiness(StrEnum):
+    """A gang's readiness as Kueue's waitForPodsReady counts it (see `gang_readiness`)."""
+
+    READY = "Ready"
+    NOT_READY = "NotReady"
+    ENDING = "Ending"
+    """Short of its count because it is finishing: a trainer exited 0, and its peers leave Ready on their
+    way out (Ready turns False before the phase turns Succeeded). No recovery to wait for."""
+
+
+def gang_readiness(
+    gang: Gang, observed: Observed, needed: int, kept: Sequence[PodView], started: bool
+) -> Readiness:
+    """As Kueue's job integrations count pods for waitForPodsReady (a batch Job's `ready + succeeded >=
+    parallelism`): the attempt's members Ready or Succeeded (or whose trainer exited 0), and the pods an
+    in-place restart keeps (`kept`: relabelled with the attempt a pass later), against `needed` (the gang's
+    size; an elastic gang's minimum). Spares are not awaited for the start; once the gang was ready
+    (`started`), a Ready spare counts: it takes a lost member's rank at once."""
     attempt = [p for p in observed.of_attempt(gang.attempt) if not p.terminating]
-    if any(p.state == PodState.SUCCEEDED or (p.exited and p.exit_code == 0) for p in attempt):
-        return True
-    return len([p for p in attempt if p.state == PodState.READY]) >= len(gang.members)
+    done = [p for p in attempt if p.state == PodState.SUCCEEDED or (p.exited and p.exit_code == 0)]
+    ready = [p for p in (*attempt, *kept) if p.state == PodState.READY and p not in done]
+    spares = (
+        [p for p in observed.spares if p.state == PodState.READY and not p.terminating] if started else []
+    )
+    if len(done) + len(ready) + len(spares) >= needed:
+        return Readiness.READY
+    return Readiness.ENDING if done else Readiness.NOT_READY
 
 
-def pods_ready(workload: Mapping[str, Any], ready: bool, now: str) -> dict[str, Any] | None:
+def was_ready(workload: Mapping[str, Any]) -> bool:
+    """Whether the Workload's gang was ready since its admission: PodsReady True, or waiting for recovery."""
+    current = _pods_ready_condition(workload)
+    return current.get("status") == "True" or current.get("reason") == WAIT_FOR_RECOVERY
+
+
+def _pods_ready_condition(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == PODS_READY), {})
+
+
+def pods_ready(workload: Mapping[str, Any], readiness: Readiness, now: str) -> dict[str, Any] | None:
     """The Workload's PodsReady condition where it changes, as jobframework's generatePodsReadyCondition
     writes it: True once the gang is ready (Recovered after a recovery); False, WaitForRecovery, once a
-    ready gang lost a pod (Kueue's recoveryTimeout counts from then). Not written before the first
-    readiness: Kueue times an admitted Workload without it from its admission, as with WaitForStart."""
-    conditions = (workload.get("status") or {}).get("conditions") or []
-    current: Mapping[str, Any] = next((c for c in conditions if c.get("type") == PODS_READY), {})
+    ready gang lost a pod (Kueue's recoveryTimeout counts from then); unchanged while it ends. Not written
+    before the first readiness: Kueue times an admitted Workload without it from its admission, as with
+    WaitForStart."""
+    current = _pods_ready_condition(workload)
     recovering = current.get("reason") in (WAIT_FOR_RECOVERY, RECOVERED)
-    if ready:
+    if readiness == Readiness.READY:
         wanted = ("True", RECOVERED if recovering else STARTED, READY_MESSAGE)
-    elif current.get("status") == "True" or current.get("reason") == WAIT_FOR_RECOVERY:
+    elif readiness == Readiness.NOT_READY and was_ready(workload):
         wanted = ("False", WAIT_FOR_RECOVERY, RECOVERY_MESSAGE)
     else:
         return None
     if (current.get("status"), current.get("reason")) == wanted[:2]:
         return None
+    conditions = (workload.get("status") or {}).get("conditions") or []
     kept = [c for c in conditions if c.get("type") != PODS_READY]
     return {"conditions": [*kept, condition(PODS_READY, *wanted, now)]}
 
