@@ -148,8 +148,11 @@ def test_an_eviction_past_max_preemptions_fails_the_job_and_finishes_its_workloa
     assert (job["status"]["phase"], failed["reason"]) == ("Failed", "MaxPreemptionsExceeded")
     assert failed["message"] == "maxPreemptions (0) reached; last: evicted by Kueue: Evicted is True"
     assert job["status"]["restarts"]["preemptions"] == 0 and job["status"]["attempt"] == 1
-    assert plan.workload_status is not None  # its quota is not waited for again: the Workload is Finished
-    assert condition(plan.workload_status, "Finished")["status"] == "True"
+    # Its quota is the pods': the Workload is Finished once they are gone, not while they are deleted.
+    assert plan.workload_status is None and len(plan.delete) == 3
+    gone = queued_pass(job, [service_of(QUEUED)], evicted)
+    assert gone.workload_status is not None
+    assert condition(gone.workload_status, "Finished")["status"] == "True"
 
 
 def test_an_eviction_deletes_the_gang_counts_a_preemption_and_waits_for_readmission() -> None:
@@ -184,13 +187,45 @@ def test_a_finished_job_marks_its_workload_finished_once() -> None:
     admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
     done = [exited(c, 0) if c["metadata"]["name"] == "mnist-master-0" else c for c in children]
     plan = queued_pass(job, done, admitted)
+    # The workers still run (cleanPodPolicy deletes them): their quota is held until they are gone.
+    assert plan.workload_status is None and sorted(d.name for d in plan.delete) == [
+        "mnist-worker-0",
+        "mnist-worker-1",
+    ]
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Succeeded"
+    left = [c for c in done if c["metadata"]["name"] not in ("mnist-worker-0", "mnist-worker-1")]
+    plan = queued_pass(job, left, admitted)
     assert plan.workload_status is not None
     finished = [c for c in plan.workload_status["status"]["conditions"] if c["type"] == "Finished"]
     assert [(c["status"], c["reason"]) for c in finished] == [("True", "Succeeded")]
-    job = after(job, plan)
-    assert job["status"]["phase"] == "Succeeded"
     marked = workload(("QuotaReserved", "True"), ("Admitted", "True"), ("Finished", "True"), admission=True)
-    assert queued_pass(job, done, marked).workload_status is None
+    assert queued_pass(job, left, marked).workload_status is None
+
+
+def test_a_failed_jobs_pods_left_running_keep_its_quota_until_they_end() -> None:
+    """cleanPodPolicy None keeps a finished job's running pods, and with them the GPUs: Kueue's quota is
+    the pods', so the Workload is Finished only once the last of them has ended."""
+    job, children = running_gang()
+    job = {
+        **job,
+        "spec": {
+            **job["spec"],
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0, "failureSettleSeconds": 0},
+        },
+    }
+    admitted = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    failed = [exited(c, 1) if c["metadata"]["name"] == "mnist-worker-1" else c for c in children]
+    plan = queued_pass(job, failed, admitted)
+    job = after(job, plan)
+    assert job["status"]["phase"] == "Failed" and plan.delete == []
+    assert plan.workload_status is None
+    assert queued_pass(job, failed, admitted).workload_status is None  # still running: still held
+    ended = [exited(c, 1) if c["metadata"]["name"] != "mnist" else c for c in failed]
+    plan = queued_pass(job, ended, admitted)
+    assert plan.workload_status is not None
+    finished = [c for c in plan.workload_status["status"]["conditions"] if c["type"] == "Finished"]
+    assert [(c["status"], c["reason"]) for c in finished] == [("True", "Failed")]
 
 
 def finished_by_kueue(*conditions: tuple[str, str], admission: bool) -> dict[str, Any]:
@@ -548,7 +583,7 @@ def test_an_admitted_gang_tells_kueue_its_pods_are_ready_once_every_member_is_an
         exited(c, 0) if c["metadata"]["name"] == "mnist-master-0" else running(c, ready=False)
         for c in children
     ]
-    assert pods_ready_written(queued_pass(job, ending, ready)) == ("True", "Started")  # kept as it was
+    assert pods_ready_written(queued_pass(job, ending, ready)) is None  # kept as it was
     # Every trainer exited 0, the kubelet not yet past Ready=False to the phase Succeeded: ending too.
     leaving = [
         {

@@ -113,16 +113,18 @@ def workload_status(
     needed: int,
 ) -> dict[str, Any] | None:
     """An evicted gang's quota handed back once no pod of it is left (its spares, counted in the Workload,
-    included); a finished job's Workload Finished; an admitted one's PodsReady as Kueue's job
-    integrations keep it, `needed` members Ready or Succeeded (see gang_readiness)."""
+    included); a finished job's Workload Finished once no pod of it holds resources (its quota is the
+    pods': those a cleanPodPolicy deletes keep it for their grace period, those it keeps running keep it
+    while they run); an admitted one's PodsReady as Kueue's job integrations keep it, `needed` members
+    Ready or Succeeded (see gang_readiness)."""
     if queueing is None or queueing.workload is None:
         return None
     patch: dict[str, Any] | None = None
-    if new.finished and queueing.state != kueue.State.FINISHED:
-        succeeded = new.is_true(ConditionType.SUCCEEDED)
-        patch = finished(
-            queueing.workload, succeeded, f"the job {'succeeded' if succeeded else 'failed'}", timestamp(now)
-        )
+    if new.finished:
+        if queueing.state != kueue.State.FINISHED and not holding_resources(observed):
+            succeeded = new.is_true(ConditionType.SUCCEEDED)
+            message = f"the job {'succeeded' if succeeded else 'failed'}"
+            patch = finished(queueing.workload, succeeded, message, timestamp(now))
     elif queueing.state == kueue.State.EVICTED and not observed.pods and not observed.spares:
         patch = admission_cleared(queueing.workload, timestamp(now))
     elif queueing.state == kueue.State.ADMITTED:
@@ -130,6 +132,12 @@ def workload_status(
         readiness = gang_readiness(gang, observed, needed, kept, was_ready(queueing.workload))
         patch = pods_ready(queueing.workload, readiness, timestamp(now))
     return None if patch is None else _guarded(queueing.workload, patch)
+
+
+def holding_resources(observed: Observed) -> tuple[PodView, ...]:
+    """The job's pods that still hold what they were scheduled with: not yet in a terminal phase (being
+    deleted counts until the pod is gone), spares included, as Kueue's pod integration counts them."""
+    return tuple(p for p in (*observed.pods, *observed.spares) if not p.exited)
 
 
 def _guarded(workload: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
