@@ -739,6 +739,30 @@ def test_a_queue_label_that_cannot_name_a_local_queue_makes_the_job_invalid_nami
     assert "'Team_A' cannot name a LocalQueue" in invalid["message"]
 
 
+def test_an_invalid_jobs_waiting_workload_is_deactivated_and_active_again_once_the_job_is_valid() -> None:
+    """An invalid job makes no pods: its Workload, left waiting, could be admitted and hold quota for
+    nothing. Whatever makes it invalid (a queue label that names no LocalQueue, a spec that does not parse),
+    a Workload waiting for quota is deactivated, and active again once the job is valid; one holding quota
+    is left to its gang."""
+    pending = workload(("QuotaReserved", "False"))
+    bad_label = {**QUEUED, "metadata": {**QUEUED["metadata"], "labels": {kueue.QUEUE_LABEL: "Team_A"}}}
+    unparsed = {**QUEUED, "spec": {**QUEUED["spec"], "replicas": []}}
+    for invalid_job in (bad_label, unparsed):
+        plan = queued_pass(invalid_job, [], pending)
+        assert plan.workload_spec == {"metadata": {"name": WORKLOAD_NAME}, "spec": {"active": False}}, (
+            invalid_job
+        )
+        assert condition(after(invalid_job, plan), "Invalid")["status"] == "True"
+    held = workload(("QuotaReserved", "True"), ("Admitted", "True"), admission=True)
+    assert queued_pass(unparsed, [], held).workload_spec is None
+    inactive = {**pending, "spec": {**pending["spec"], "active": False}}
+    assert queued_pass(unparsed, [], inactive).workload_spec is None  # written once
+    was_invalid = after(unparsed, queued_pass(unparsed, [], pending))
+    fixed = {**was_invalid, "spec": QUEUED["spec"]}
+    plan = queued_pass(fixed, [], inactive)
+    assert plan.workload_spec is not None and plan.workload_spec["spec"]["active"] is True
+
+
 def test_time_spent_back_in_the_queue_does_not_count_toward_the_active_deadline() -> None:
     """As for a Job Kueue suspends: activeDeadlineSeconds counts from the start after the re-admission."""
     job, children = running_gang()

@@ -46,6 +46,7 @@ from dtjob.core.status import INVALID_SPEC, POD_REFUSED, invalid_status, transit
 from dtjob.core.status.codec import dump_status, read_status
 from dtjob.core.status.of_pass import status_of_pass
 from dtjob.core.workload import (
+    deactivated,
     failed_to_start,
     gang_needs,
     workload_spec,
@@ -296,7 +297,9 @@ def status_change(old: JobStatus, new: JobStatus) -> dict[str, Any] | None:
 
 
 def _invalid(reading: Reading, message: str) -> Plan:
-    return _invalid_plan(reading.old, message, reading.world.now, reading.generation, INVALID_SPEC)
+    """The job Invalid, saying why; its Workload, if it waits for quota, deactivated (it makes no pods)."""
+    plan = _invalid_plan(reading.old, message, reading.world.now, reading.generation, INVALID_SPEC)
+    return replace(plan, workload_spec=deactivated(reading.world.kueue.workload))
 
 
 def _invalid_plan(old: JobStatus, message: str, now: datetime, generation: int | None, reason: str) -> Plan:

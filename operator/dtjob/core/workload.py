@@ -67,8 +67,9 @@ def workload_spec(
     priority: kueue_priority.Priority | None = None,
 ) -> dict[str, Any] | None:
     """A merge patch of the Workload (its name in metadata) that keeps it the job's, as Kueue's job
-    integrations keep theirs: spec.active false while the job is suspended, true again on its resume only
-    (a Workload Kueue itself deactivated, a rejected admission check say, stays as Kueue left it); and,
+    integrations keep theirs: spec.active false while the job is suspended (or invalid: `deactivated`),
+    true again on its resume or once it is valid again only (a Workload Kueue itself deactivated, a
+    rejected admission check say, stays as Kueue left it); and,
     while it holds no quota, its queue and podSets those of the job's pods now (a template changed while
     suspended, a queue label changed while queued: Kueue's updateWorkloadToMatchJob) and the priority
     class the job names now (`priority`, read by the pass), onto the version read. Named as found: a
@@ -79,7 +80,11 @@ def workload_spec(
     patch: dict[str, Any] = {"metadata": {"name": workload["metadata"]["name"]}, "spec": {}}
     if spec.run_policy.suspend and queueing.active:
         patch["spec"]["active"] = False
-    elif not spec.run_policy.suspend and old.is_true(ConditionType.SUSPENDED) and not queueing.active:
+    elif (
+        not spec.run_policy.suspend
+        and (old.is_true(ConditionType.SUSPENDED) or old.is_true(ConditionType.INVALID))
+        and not queueing.active
+    ):
         patch["spec"]["active"] = True
     if not holds_quota(workload) and not follows_job(
         workload, rendered := _rendered(job, gang, queueing.queue, None)
@@ -93,6 +98,18 @@ def workload_spec(
         patch["metadata"]["resourceVersion"] = workload["metadata"].get("resourceVersion")
         patch["spec"].update(moved)
     return patch if patch["spec"] else None
+
+
+def deactivated(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The merge patch that deactivates the Workload of a job that is invalid (it makes no pods) while the
+    Workload holds no quota, so that Kueue does not admit it for nothing; None when there is nothing to
+    deactivate. A Workload holding quota is left to the job's gang: an invalid spec does not stop it."""
+    if workload is None or (workload.get("spec") or {}).get("active") is False or holds_quota(workload):
+        return None
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions):
+        return None
+    return {"metadata": {"name": workload["metadata"]["name"]}, "spec": {"active": False}}
 
 
 def workload_to_delete(workload: Mapping[str, Any] | None, queueing: kueue.Queueing | None) -> list[Delete]:
