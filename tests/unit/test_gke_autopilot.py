@@ -169,6 +169,19 @@ def test_autopilot_is_known_from_the_nodes_compute_classes() -> None:
     assert not autopilot_cluster([])
 
 
+def test_one_node_of_a_custom_compute_class_does_not_make_an_autopilot_cluster_standard() -> None:
+    """On an Autopilot cluster a custom ComputeClass's nodes run in Autopilot mode too, labelled with that
+    class; Autopilot's node names say what the label does not. Before, one such node made the cluster
+    Standard, and its pods got what Autopilot refuses (GCS FUSE's "0" limits, host library mounts)."""
+    prefix = AUTOPILOT["detection"]["node_name_prefix"]
+    custom = node(f"{prefix}training-nap-a3-highgpu-8g-1a2b3c4d-x7k2", "my-h100-class")
+    autopilot_nodes = [node(f"{prefix}training-pool-2-9f8e7d6c-q1w2", "autopilot"), custom]
+    assert autopilot_node(custom) and autopilot_cluster(autopilot_nodes)
+    assert autopilot_cluster(map(node_essentials, autopilot_nodes))  # the cache keeps the name
+    # A Standard cluster's node of the same class: Standard.
+    assert not autopilot_cluster([node("gke-training-a3-pool-1a2b3c4d-x7k2", "my-h100-class")])
+
+
 def test_a_template_that_selects_an_autopilot_compute_class_runs_in_autopilot_mode() -> None:
     assert selects_autopilot({"nodeSelector": {"cloud.google.com/compute-class": "autopilot-spot"}})
     assert not selects_autopilot({"nodeSelector": {"cloud.google.com/compute-class": "my-class"}})

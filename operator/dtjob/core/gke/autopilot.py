@@ -10,13 +10,15 @@ pods in Autopilot mode (read 2026-11-29; tests/data/gke_recipes/autopilot.yaml, 
   `autopilot` "is the default for Autopilot clusters in any GKE version" (.../concepts/
   about-built-in-compute-classes); Autopilot clusters offer the compute classes Accelerator, Balanced,
   Performance and Scale-Out (.../concepts/autopilot-compute-classes).
-So a node labelled cloud.google.com/compute-class with one of those classes runs Autopilot-mode pods, and a
-cluster all of whose nodes are such nodes is an Autopilot cluster. A Standard cluster's own node pools
-carry no such label, so it is never taken for Autopilot; where Autopilot's nodes carried none it would be
-taken for Standard, as before this check. The candidates left aside: the WorkloadAllowlist and
-AllowlistSynchronizer CRDs (auto.gke.io) are installed in "any Autopilot or Standard cluster"
-(.../how-to/autopilot-privileged-allowlists); node labels such as cloud.google.com/gke-provisioning or
-the gk3- node-name prefix appear in no Google document; the GPUDirect installers' namespaces
+So a node labelled cloud.google.com/compute-class with one of those classes runs Autopilot-mode pods. A
+second sign, for the nodes of a custom ComputeClass on an Autopilot cluster (which run in Autopilot mode
+too, yet carry their own class's name): Autopilot names its nodes `gk3-<cluster>-...` where Standard names
+them `gke-<cluster>-...` (in no Google document; seen on Autopilot clusters since their launch,
+ahmet.im/blog/gke-autopilot, 2021, and in GKE's own examples since). A cluster all of whose nodes are
+Autopilot's by either sign is an Autopilot cluster: one node of a custom class does not make it Standard.
+A Standard cluster's own node pools carry neither, so it is never taken for Autopilot. The candidates left
+aside: the WorkloadAllowlist and AllowlistSynchronizer CRDs (auto.gke.io) are installed in "any Autopilot
+or Standard cluster" (.../how-to/autopilot-privileged-allowlists); the GPUDirect installers' namespaces
 (gpudirect-system, rdma-system) say Autopilot only where GPUDirect is installed, and stay a second sign.
 """
 
@@ -29,12 +31,17 @@ COMPUTE_CLASS_LABEL: Final = "cloud.google.com/compute-class"
 AUTOPILOT_COMPUTE_CLASSES: Final = frozenset(
     {"autopilot", "autopilot-spot", "Accelerator", "Balanced", "Performance", "Scale-Out"}
 )
+AUTOPILOT_NODE_PREFIX: Final = "gk3-"
 
 
 def autopilot_node(node: Mapping[str, Any]) -> bool:
-    """Whether GKE made this node for an Autopilot ComputeClass (its pods run in Autopilot mode)."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(COMPUTE_CLASS_LABEL) in AUTOPILOT_COMPUTE_CLASSES
+    """Whether GKE made this node for Autopilot: for an Autopilot ComputeClass, or named as Autopilot names
+    its nodes (a custom ComputeClass's node on an Autopilot cluster)."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return labels.get(COMPUTE_CLASS_LABEL) in AUTOPILOT_COMPUTE_CLASSES or str(
+        meta.get("name", "")
+    ).startswith(AUTOPILOT_NODE_PREFIX)
 
 
 def autopilot_cluster(nodes: Iterable[Mapping[str, Any]]) -> bool:
