@@ -145,6 +145,8 @@ def workload_status(
     elif queueing.state == kueue.State.EVICTED and not observed.pods and not observed.spares:
         patch = admission_cleared(queueing.workload, timestamp(now))
     elif queueing.state == kueue.State.ADMITTED:
+        # From the new status, not the old one the pass's relabelling reads: in the pass that decides an
+        # in-place restart only the new one says so, and its kept pods already count for the new attempt.
         kept = kept_in_place(new, observed)
         readiness = gang_readiness(gang, observed, needed, kept, was_ready(queueing.workload))
         patch = pods_ready(queueing.workload, readiness, timestamp(now))
