@@ -200,26 +200,39 @@ def test_auto_falls_back_to_tcp_while_gkes_installers_do_not_run_and_picks_gpudi
     assert chosen(jobs, "whole")["profile"] == "GPUDirectTCPX"
 
 
-def test_a_tcpxo_daemon_that_does_not_pair_with_the_installed_plugin_is_named_in_a_warning(
+def test_the_tcpxo_daemon_is_the_installed_plugins_pair_and_an_unknown_plugin_falls_back_to_tcp(
     operator: KopfRunner,
     jobs: Jobs,
     core: client.CoreV1Api,
+    api_client: client.ApiClient,
     namespace: str,
     add_networks: Callable[..., None],
     add_daemonsets: Callable[..., None],
 ) -> None:
-    """The cluster's installer is at the Nov 19, 2025 release (plugin v1.0.14, whose daemon is v1.0.20);
-    the profile's daemon is v1.0.21."""
+    """The cluster's installer at Cluster Toolkit's release (plugin v1.0.14, whose daemon is v1.0.20; the
+    profile's is v1.0.21): the pods run v1.0.20. Then the installer at a plugin no release note dtjob
+    knows lists: Auto takes TCP, with a Warning naming the version."""
+    plugin = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev"
     add_networks(*(f"vpc{i}" for i in range(1, 9)))
     add_daemonsets("device-injector")
-    add_daemonsets("nccl-tcpxo-installer",
-                   image="us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.14")  # fmt: skip
+    add_daemonsets("nccl-tcpxo-installer", image=f"{plugin}:v1.0.14")
     jobs.create(auto_job("mega", "nvidia-h100-mega-80gb"))
+    daemon = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.20"
     assert chosen(jobs, "mega")["profile"] == "GPUDirectTCPXO"
-    (warning,) = network_events(core, namespace, "mega")
-    assert warning.type == "Warning"
-    assert "does not pair with the NCCL plugin v1.0.14" in warning.message, warning.message
-    assert "pairs with daemon v1.0.20" in warning.message
+    assert chosen(jobs, "mega")["daemonImage"] == daemon
+    (event,) = network_events(core, namespace, "mega")
+    assert event.type == "Normal" and "daemon v1.0.20, the pair of the NCCL plugin v1.0.14" in event.message
+    pods = jobs.wait_pods("mega", 2)
+    assert {c.image for p in pods for c in p.spec.init_containers if c.name == "tcpxo-daemon"} == {daemon}
+
+    newer = {
+        "spec": {"template": {"spec": {"containers": [{"name": "pause", "image": f"{plugin}:v1.0.99"}]}}}
+    }
+    client.AppsV1Api(api_client).patch_namespaced_daemon_set("nccl-tcpxo-installer", "kube-system", newer)
+    jobs.create(auto_job("newer", "nvidia-h100-mega-80gb"))
+    assert chosen(jobs, "newer")["profile"] == "TCP"
+    (warning,) = network_events(core, namespace, "newer")
+    assert warning.type == "Warning" and "installs the NCCL plugin v1.0.99, which" in warning.message
 
 
 def test_on_autopilot_the_pods_take_the_shape_of_its_rdma_recipe(

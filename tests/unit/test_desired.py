@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.api import DistributedTrainingJobSpec
 from dtjob.core.frameworks import Gang
-from dtjob.core.gke import GPUDIRECT_TCPXO
 from dtjob.core.names import JobRef
 from dtjob.core.render import render_children, render_pod
 from tests.support.builders import UID, container, manifest, template
@@ -580,20 +579,3 @@ def test_the_fuse_sidecar_is_unlimited_unless_the_template_sizes_it_or_on_autopi
         k: v for k, v in annotations.items() if k.startswith("gke-gcsfuse/") and k != "gke-gcsfuse/volumes"
     } == expected
     assert annotations["gke-gcsfuse/volumes"] == "true"
-
-
-def test_the_daemon_image_comes_from_the_job_else_the_operator_else_the_profile() -> None:
-    def daemon(nccl: dict[str, Any], images: dict[NcclProfileName, str]) -> str:
-        job = manifest(("Worker", 2), accelerator={"type": "nvidia-h100-mega-80gb", "count": 8},
-                       nccl={"profile": "GPUDirectTCPXO", **nccl})  # fmt: skip
-        spec = DistributedTrainingJobSpec.model_validate(job["spec"])
-        gang = Gang.of(JobRef.of(job), spec, 1, daemon_images=images)
-        pod = render_pod(gang, gang.members[0])
-        return str(next(c["image"] for c in pod["spec"]["initContainers"] if c["name"] == "tcpxo-daemon"))
-
-    operator_default = {NcclProfileName.GPUDIRECT_TCPXO: "registry/tcpxo-daemon:operator"}
-    assert daemon({}, {}) == GPUDIRECT_TCPXO.sidecars[0]["image"]
-    assert daemon({}, operator_default) == "registry/tcpxo-daemon:operator"
-    assert (
-        daemon({"daemonImage": "registry/tcpxo-daemon:job"}, operator_default) == "registry/tcpxo-daemon:job"
-    )

@@ -19,12 +19,15 @@ import yaml
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.frameworks import Gang
 from dtjob.core.gke import (
+    DAEMON_PAIRINGS,
     Installer,
+    NetworkChoice,
     autopilot_cluster,
     autopilot_node,
     choose,
     on_autopilot,
     selects_autopilot,
+    with_daemon,
 )
 from dtjob.core.names import JobRef
 from dtjob.core.observed import node_essentials
@@ -116,8 +119,7 @@ def test_an_autopilot_pod_is_the_standard_pod_with_the_autopilot_recipes_changes
         k: v for k, v in env(standard_daemon).items() if k not in want["daemon"]["env_removed"]
     }
     assert daemon.get("resources") == want["daemon"]["resources"]
-    assert daemon["image"] == want["recipe_pod"]["daemon_image"]  # TCPX's: the Autopilot installer's pair
-    unchanged = ("command", "args", "securityContext", "startupProbe", "restartPolicy")
+    unchanged = ("image", "command", "args", "securityContext", "startupProbe", "restartPolicy")
     assert {k: daemon.get(k) for k in unchanged} == {k: standard_daemon.get(k) for k in unchanged}
     kept = want["daemon"]["host_mounts_removed"]
     assert host_mounts(autopilot, daemon) == {
@@ -131,12 +133,17 @@ def test_an_autopilot_pod_is_the_standard_pod_with_the_autopilot_recipes_changes
 @pytest.mark.parametrize("profile", ["GPUDirectTCPX", "GPUDirectTCPXO"])
 def test_an_autopilot_pod_selects_and_runs_what_googles_autopilot_recipe_does(profile: str) -> None:
     """The recipe's node selectors (its zone aside, the job's own; spot as spec.accelerator.spot sets it),
-    its daemon's image and its trainer's GPUs."""
+    its daemon's image (the pair the pass chooses for the recipe's plugin) and its trainer's GPUs."""
     want = AUTOPILOT[profile]["recipe_pod"]
     stored = manifest(("Worker", 2), accelerator={"type": AUTOPILOT[profile]["accelerator"], "count": 8,
                                                   "spot": True}, nccl={"profile": profile})  # fmt: skip
     spec = DistributedTrainingJobSpec.model_validate(stored["spec"])
-    gang = replace(Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile)), autopilot=True)
+    pairing = DAEMON_PAIRINGS[NcclProfileName(profile)]
+    plugin = f"registry/{pairing.plugin_image}:{want['plugin']}"
+    installers = {pairing.installer: Installer("gpudirect-system", (plugin,))}
+    chosen = with_daemon(spec, NetworkChoice(NcclProfileName(profile), "", autopilot=True), None, installers)
+    gang = Gang.of(JobRef.of(stored), spec, 1, NcclProfileName(profile), chosen.daemon_image)
+    gang = replace(gang, autopilot=True)
     rendered = render_pod(gang, gang.members[0])
     selectors = {k: v for k, v in want["nodeSelector"].items() if k != "topology.kubernetes.io/zone"}
     assert rendered["spec"]["nodeSelector"] == selectors

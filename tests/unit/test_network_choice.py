@@ -103,7 +103,8 @@ def test_a_new_attempt_chooses_again() -> None:
     assert needs_for({**two_h100_pods(), "status": restarted}, [], NOW).networks
     plan = plan_for({**two_h100_pods(), "status": restarted}, [], NOW, networks=TCPX_NETWORKS)
     assert plan.status is not None and plan.status["nccl"] == {
-        "attempt": 2, "profile": "GPUDirectTCPX", "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present"
+        "attempt": 2, "profile": "GPUDirectTCPX", "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present",
+        "daemonImage": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.15",
     }  # fmt: skip
 
 

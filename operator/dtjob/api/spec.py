@@ -297,9 +297,9 @@ class Nccl(WireModel):
     """Extra variables for the trainer container; they win over the profile's defaults of the same name."""
     preflight: Preflight = Preflight()
     daemon_image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
-    """The image of the GPUDirect receive-datapath daemon (tcpx-daemon, tcpxo-daemon) instead of the
-    profile's or the operator's default: TCPXO's daemon must match the NCCL plugin version the cluster's
-    nccl-tcpxo-installer put on the nodes."""
+    """The image of the GPUDirect receive-datapath daemon (tcpx-daemon, tcpxo-daemon), taken as set.
+    Unset: the operator's, else the pair of the NCCL plugin version the cluster's nccl-tcpx(o)-installer
+    put on the nodes (docs/gke.md); status.nccl.daemonImage says which the attempt runs."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Nccl:

@@ -183,6 +183,9 @@ class NcclChoice(StatusModel):
     autopilot: bool | None = None
     """True when the pods take the shape of GKE's Autopilot recipes (the cluster's GPUDirect installers
     run in Autopilot's namespaces; docs/gke.md)."""
+    daemon_image: str | None = None
+    """The GPUDirect TCPX(O) daemon image the attempt's pods run: spec.nccl.daemonImage or the operator's
+    when set, else the pair of the NCCL plugin the cluster's installer installs (docs/gke.md)."""
 
 
 class Progress(StatusModel):

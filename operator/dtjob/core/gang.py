@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName, Role
@@ -49,11 +48,11 @@ class Gang:
         spec: DistributedTrainingJobSpec,
         attempt: int,
         network: NcclProfileName | None = None,
-        daemon_images: Mapping[NcclProfileName, str] | None = None,
+        daemon_image: str | None = None,
     ) -> Gang:
         """`network`: the profile chosen for the attempt; by default the spec's, or Auto's choice on a
-        cluster without GPUDirect Network objects. `daemon_images`: the operator's daemon images by
-        profile (spec.nccl.daemonImage wins). The fields derived from nothing here (progress_url,
+        cluster without GPUDirect Network objects. `daemon_image`: the attempt's GPUDirect daemon
+        (network.attempt_network), by default spec.nccl.daemonImage. The fields derived from nothing here (progress_url,
         avoided_nodes, autopilot) keep their defaults: `dataclasses.replace` sets them."""
         pairs = [(role, index) for role in spec.roles() for index in range(spec.replica(role).count)]
         members = tuple(
@@ -68,14 +67,13 @@ class Gang:
         )
         if network is None:
             network = choose(spec, frozenset()).profile
-        daemon_image = spec.nccl.daemon_image or (daemon_images or {}).get(network)
         return cls(
             job=job,
             spec=spec,
             attempt=attempt,
             members=members,
             network=network,
-            daemon_image=daemon_image,
+            daemon_image=daemon_image or spec.nccl.daemon_image,
         )
 
     @property

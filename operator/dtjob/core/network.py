@@ -5,7 +5,7 @@ start on this cluster. A pass asks it all at once (`of_pass`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from dtjob.api import DistributedTrainingJobSpec, JobStatus, NcclChoice, NcclProfileName
@@ -13,12 +13,12 @@ from dtjob.core.gke import (
     NETWORK_GROUP,
     NetworkChoice,
     choose,
-    daemon_mismatch,
     missing_device_class,
     missing_networks,
     needs_networks,
     on_autopilot,
     selects_autopilot,
+    with_daemon,
 )
 from dtjob.core.world import GkeFacts
 
@@ -35,6 +35,9 @@ class AttemptNetwork:
     profile: NcclProfileName | None
     autopilot: bool
     chosen: NetworkChoice | None
+    daemon_image: str | None = None
+    """The TCPX(O) daemon's image its pods run: as recorded with the choice, or as set (the spec's, the
+    operator's) for a choice recorded without one; None: the profile's."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,8 @@ class PassNetwork:
     """The pods run in GKE's Autopilot mode: as recorded with the attempt's network, or as the cluster
     and the templates say (in_autopilot_mode)."""
     chosen: NetworkChoice | None
-    """The choice made in this pass, degraded where its GPUDirect daemon does not pair with the cluster's
-    plugin (`paired`); None when it was made before, or none is made."""
+    """The choice made in this pass (with its daemon: gke.with_daemon); None when it was made before, or
+    none is made."""
 
 
 def of_pass(
@@ -59,17 +62,13 @@ def of_pass(
     gke: GkeFacts,
     daemon_images: Mapping[NcclProfileName, str] | None,
 ) -> PassNetwork:
-    """The pass's network. `daemon_images`: the operator's GPUDirect daemon images by profile
-    (spec.nccl.daemonImage wins), as the gang's pods carry them."""
-    unread, attempt = needs_gke_facts(spec, old, gke), attempt_network(spec, old, gke)
+    """The pass's network. `daemon_images`: the operator's GPUDirect daemon images by profile (the
+    chart's nccl.daemonImages; spec.nccl.daemonImage wins)."""
+    unread, attempt = needs_gke_facts(spec, old, gke), attempt_network(spec, old, gke, daemon_images)
     if isinstance(attempt, str):
         return PassNetwork(unread, attempt, False, None)
     autopilot = attempt.autopilot or in_autopilot_mode(spec, gke)
-    chosen = attempt.chosen
-    if chosen is None:
-        return PassNetwork(unread, attempt, autopilot, None)
-    daemon_image = spec.nccl.daemon_image or (daemon_images or {}).get(chosen.profile)
-    return PassNetwork(unread, attempt, autopilot, _paired(chosen, daemon_image, gke, autopilot))
+    return PassNetwork(unread, attempt, autopilot, attempt.chosen)
 
 
 def chooses_network(spec: DistributedTrainingJobSpec) -> bool:
@@ -90,21 +89,37 @@ def needs_gke_facts(spec: DistributedTrainingJobSpec, old: JobStatus, gke: GkeFa
     return chooses_network(spec) and recorded(old) is None and gke.networks is None and needs_networks(spec)
 
 
-def attempt_network(spec: DistributedTrainingJobSpec, old: JobStatus, gke: GkeFacts) -> AttemptNetwork | str:
+def attempt_network(
+    spec: DistributedTrainingJobSpec,
+    old: JobStatus,
+    gke: GkeFacts,
+    daemon_images: Mapping[NcclProfileName, str] | None = None,
+) -> AttemptNetwork | str:
     """The attempt's network; or why the explicit profile cannot start here (the job is Invalid until an
     admin creates what it lacks)."""
     before = recorded(old)
     if not chooses_network(spec):
         return AttemptNetwork(None, bool(before and before.autopilot), None)
     if before is not None:
-        return AttemptNetwork(before.profile, bool(before.autopilot), None)
+        daemon = before.daemon_image or _daemon_set(spec, before.profile, daemon_images)
+        return AttemptNetwork(before.profile, bool(before.autopilot), None, daemon)
     classes = gke.device_classes or frozenset()
     running = frozenset(gke.installers) if gke.installers is not None else None
     networks = gke.networks or frozenset()
     chosen = choose(spec, networks, running, classes, in_autopilot_mode(spec, gke))
     if (missing := _networks_missing(spec, chosen, networks, classes)) is not None:
         return missing
-    return AttemptNetwork(chosen.profile, chosen.autopilot, chosen)
+    chosen = with_daemon(spec, chosen, _daemon_set(spec, chosen.profile, daemon_images), gke.installers)
+    return AttemptNetwork(chosen.profile, chosen.autopilot, chosen, chosen.daemon_image)
+
+
+def _daemon_set(
+    spec: DistributedTrainingJobSpec,
+    profile: NcclProfileName,
+    daemon_images: Mapping[NcclProfileName, str] | None,
+) -> str | None:
+    """The GPUDirect daemon image set for the profile: the job's, else the operator's; None: none set."""
+    return spec.nccl.daemon_image or (daemon_images or {}).get(profile)
 
 
 def in_autopilot_mode(spec: DistributedTrainingJobSpec, gke: GkeFacts) -> bool:
@@ -113,14 +128,6 @@ def in_autopilot_mode(spec: DistributedTrainingJobSpec, gke: GkeFacts) -> bool:
     ComputeClass (gke.autopilot)."""
     templates = (spec.replica(role).template.get("spec") or {} for role in spec.roles())
     return gke.autopilot or on_autopilot(gke.installers) or any(map(selects_autopilot, templates))
-
-
-def _paired(chosen: NetworkChoice, daemon_image: str | None, gke: GkeFacts, autopilot: bool) -> NetworkChoice:
-    """The choice, degraded when the attempt's GPUDirect daemon (`autopilot`: in the Autopilot shape's
-    default) does not pair with the cluster's plugin."""
-    if mismatch := daemon_mismatch(chosen.profile, daemon_image, gke.installers or {}, autopilot):
-        return replace(chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True)
-    return chosen
 
 
 def _networks_missing(

@@ -133,7 +133,7 @@ class Reading:
         world, spec, old, attempt = self.world, self.spec, self.old, self.usable_network
         settings = world.settings
         gang = replace(
-            Gang.of(JobRef.of(world.job), spec, old.attempt, attempt.profile, settings.daemon_images),
+            Gang.of(JobRef.of(world.job), spec, old.attempt, attempt.profile, attempt.daemon_image),
             progress_url=settings.progress_url,
             avoided_nodes=tuple(old.avoided_nodes),
             autopilot=self.network.autopilot,

@@ -16,10 +16,10 @@ from dtjob.core.gke.autopilot import (
 from dtjob.core.gke.choice import (
     NetworkChoice,
     choose,
-    daemon_mismatch,
     missing_device_class,
     missing_networks,
     needs_networks,
+    with_daemon,
 )
 from dtjob.core.gke.env import library_path, nccl_env
 from dtjob.core.gke.machines import AUTO_PROFILES, MACHINES, machine_of
@@ -68,7 +68,6 @@ __all__ = [
     "autopilot_cluster",
     "autopilot_node",
     "choose",
-    "daemon_mismatch",
     "library_path",
     "machine_of",
     "missing_device_class",
@@ -78,4 +77,5 @@ __all__ = [
     "on_autopilot",
     "profile_for",
     "selects_autopilot",
+    "with_daemon",
 ]

@@ -11,10 +11,10 @@ from dtjob.core.gke.prerequisites import (
     DAEMON_PAIRINGS,
     PREREQUISITE_NAMESPACES,
     PREREQUISITES,
+    DaemonPairing,
     Installer,
 )
 from dtjob.core.gke.profiles import (
-    AUTOPILOT_PROFILES,
     MANAGED_RDMA_DEVICE_CLASS,
     NETWORK_GROUP,
     PROFILES,
@@ -30,10 +30,12 @@ class NetworkChoice:
     reason: str
     degraded: bool = False
     """A Warning Event says so: TCP although the machines have a GPUDirect network, only for want of the
-    cluster's Networks or installers (NCCL then runs 10-100x slower than it could), or a TCPX(O) daemon
-    that does not pair with the cluster's plugin."""
+    cluster's Networks or installers, or of a daemon known to pair with its plugin (NCCL then runs 10-100x
+    slower than it could), or a TCPX(O) daemon set that does not pair with the cluster's plugin."""
     autopilot: bool = False
     """The pods take the shape of GKE's Autopilot recipes (AUTOPILOT_PROFILES)."""
+    daemon_image: str | None = None
+    """The TCPX(O) daemon's image the pods run (with_daemon); None for profiles without a daemon."""
 
 
 def _in_cluster_shape(
@@ -143,32 +145,65 @@ def _lacking_daemonsets(wanted: NcclProfileName, daemonsets: frozenset[str] | No
     )
 
 
-def daemon_mismatch(
-    name: NcclProfileName,
-    daemon_image: str | None,
-    installers: Mapping[str, Installer],
-    autopilot: bool = False,
-) -> str | None:
-    """Why the TCPX(O) daemon the pods get does not pair with the NCCL plugin the cluster's installer
-    DaemonSet installs (`installers`: by DaemonSet name); None when it pairs, or when the profile has no
-    pairing, or the installer, its plugin version or that version's pair is unknown."""
-    if (pairing := DAEMON_PAIRINGS.get(name)) is None:
-        return None
-    default = AUTOPILOT_PROFILES.get(name, PROFILES[name]) if autopilot else PROFILES[name]
-    daemon = daemon_image or str(default.sidecars[0]["image"])
+def with_daemon(
+    spec: DistributedTrainingJobSpec,
+    chosen: NetworkChoice,
+    explicit: str | None,
+    installers: Mapping[str, Installer] | None,
+) -> NetworkChoice:
+    """The choice with the TCPX(O) daemon its pods run (other profiles have none). `explicit`, the daemon
+    set (spec.nccl.daemonImage, else the operator's nccl.daemonImages), is taken as set: said when it does
+    not pair with the NCCL plugin the cluster's installer DaemonSet installs (`installers`: by DaemonSet
+    name). Otherwise the daemon is that plugin's pair (DAEMON_PAIRINGS), the profile's own when the
+    plugin is not seen. A plugin the pairs do not list has no daemon known to work with it: Auto falls
+    back to TCP, an explicit profile keeps the profile's daemon; both name the versions in a Warning."""
+    if (pairing := DAEMON_PAIRINGS.get(chosen.profile)) is None:
+        return chosen
+    default = str(PROFILES[chosen.profile].sidecars[0]["image"])
+    plugin = _installed_plugin(pairing, installers or {})
+    paired = pairing.daemon_for_plugin.get(plugin) if plugin is not None else None
+    if explicit is not None:
+        if plugin is None or paired is None or _name_and_tag(explicit)[1] == paired:
+            return replace(chosen, daemon_image=explicit)
+        mismatch = (
+            f"the daemon {explicit} does not pair with the NCCL plugin {plugin} that the cluster's "
+            f"{pairing.installer} installs: that plugin pairs with daemon {paired} ({pairing.release_notes}); "
+            f"set spec.nccl.daemonImage, or the chart's {pairing.chart_value}, to the daemon of that tag "
+            "(docs/gke.md)"
+        )
+        return replace(
+            chosen, reason=f"{chosen.reason}; but {mismatch}", degraded=True, daemon_image=explicit
+        )
+    if plugin is None:
+        return replace(chosen, daemon_image=default)
+    if paired is not None:
+        image = f"{default.rsplit(':', 1)[0]}:{paired}"
+        if image == default:
+            return replace(chosen, daemon_image=image)
+        said = f"daemon {paired}, the pair of the NCCL plugin {plugin} that the cluster's {pairing.installer} installs"
+        return replace(chosen, reason=f"{chosen.reason}; {said}", daemon_image=image)
+    unknown = (
+        f"the cluster's {pairing.installer} installs the NCCL plugin {plugin}, which {pairing.release_notes} "
+        f"as dtjob knows them do not list ({', '.join(pairing.daemon_for_plugin)}): no daemon is known to "
+        f"pair with it; set spec.nccl.daemonImage, or the chart's {pairing.chart_value}, to the daemon of "
+        "its release (docs/gke.md)"
+    )
+    if spec.nccl.profile == NcclProfileName.AUTO:
+        accelerator_type = spec.accelerator.type if spec.accelerator else ""
+        return NetworkChoice(
+            NcclProfileName.TCP,
+            f"TCP instead of {chosen.profile} on {accelerator_type}: {unknown}",
+            degraded=True,
+        )
+    return replace(chosen, reason=f"{chosen.reason}; but {unknown}", degraded=True, daemon_image=default)
+
+
+def _installed_plugin(pairing: DaemonPairing, installers: Mapping[str, Installer]) -> str | None:
+    """The version of the NCCL plugin the profile's installer DaemonSet installs; None when the cluster
+    runs no such installer (or it was not read), or its images name no plugin."""
     installer = installers.get(pairing.installer)
     images = installer.images if installer is not None else ()
-    plugins = [tag for image, tag in map(_name_and_tag, images) if image == pairing.plugin_image]
-    if not plugins or (paired := pairing.daemon_for_plugin.get(plugins[0])) is None:
-        return None
-    if _name_and_tag(daemon)[1] == paired:
-        return None
-    return (
-        f"the daemon {daemon} does not pair with the NCCL plugin {plugins[0]} that the cluster's "
-        f"{pairing.installer} installs: that plugin pairs with daemon {paired} ({pairing.release_notes}); "
-        f"set spec.nccl.daemonImage, or the chart's {pairing.chart_value}, to the daemon of that tag "
-        "(docs/gke.md)"
-    )
+    return next((tag for image, tag in map(_name_and_tag, images) if image == pairing.plugin_image), None)
 
 
 def _name_and_tag(image: str) -> tuple[str, str]:

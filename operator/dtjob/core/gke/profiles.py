@@ -322,9 +322,9 @@ RDMA_PROFILES: Final = frozenset({NcclProfileName.RDMA, NcclProfileName.MANAGED_
 # daemons set no LD_LIBRARY_PATH; TCPX's daemon requests its resources and shares its socket through an
 # emptyDir; TCPXO's trainer gets no LLCM directory variable; RDMA keeps gvnic-1 on eth1 and mounts the
 # host's directories read-only. No Autopilot recipe is published for A4X or managed DRANET. The TCPX(O)
-# recipes select nodes with GKE's latest GPU driver (cloud.google.com/gke-gpu-driver-version: latest), and
-# TCPX's runs daemon v2.0.12, the pair of the plugin v3.1.9 that nccl-tcpx-installer-autopilot.yaml installs
-# (TCPX_DAEMON_FOR_PLUGIN): the Autopilot shape's default daemon.
+# recipes select nodes with GKE's latest GPU driver (cloud.google.com/gke-gpu-driver-version: latest). The
+# daemon is Standard's: both installers install plugin v3.1.12 at 98c85a6e (v3.1.9 at 4aeee0d7, whose recipe
+# ran v2.0.12), and the pass runs the pair of the plugin the cluster's installer installs (with_daemon).
 AUTOPILOT_NAMESPACES: Final = frozenset({"gpudirect-system", "rdma-system"})
 
 
@@ -334,7 +334,6 @@ def _autopilot_daemon(sidecar: Mapping[str, Any], **extra: Any) -> dict[str, Any
 
 
 _LATEST_DRIVER: Final = {"cloud.google.com/gke-gpu-driver-version": "latest"}
-AUTOPILOT_TCPX_DAEMON: Final = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
 
 AUTOPILOT_PROFILES: Final = {
     NcclProfileName.GPUDIRECT_TCPX: replace(
@@ -344,7 +343,6 @@ AUTOPILOT_PROFILES: Final = {
         sidecars=(
             _autopilot_daemon(
                 GPUDIRECT_TCPX.sidecars[0],
-                image=AUTOPILOT_TCPX_DAEMON,
                 resources={"requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "10Gi"}},
             ),
         ),

@@ -36,7 +36,11 @@ def status_of_pass(
 def _network_record(attempt: int, chosen: NetworkChoice) -> tuple[NcclChoice, Event]:
     """status.nccl for the attempt, and the Event that says what was chosen."""
     record = NcclChoice(
-        attempt=attempt, profile=chosen.profile, reason=chosen.reason, autopilot=chosen.autopilot or None
+        attempt=attempt,
+        profile=chosen.profile,
+        reason=chosen.reason,
+        autopilot=chosen.autopilot or None,
+        daemon_image=chosen.daemon_image,
     )
     message = f"attempt {attempt}: NCCL profile {chosen.profile}: {chosen.reason}"
     return record, Event("Warning" if chosen.degraded else "Normal", "NetworkChosen", message)
