@@ -17,7 +17,7 @@ from kubernetes import client
 
 from localcluster import Cluster, sim
 from localcluster.crds import wait_established
-from tests.support.jobs import Jobs, events_of, pytorch_job, status_of
+from tests.support.jobs import JOB_LABEL, Jobs, events_of, pytorch_job, status_of
 from tests.support.paths import REPO
 from tests.support.waiting import wait_for
 
@@ -316,10 +316,27 @@ def test_auto_claims_the_gpu_nics_from_gkes_managed_dranet_and_the_scheduler_all
     add_daemonsets: Callable[..., None],
     managed_dranet: list[str],
 ) -> None:
-    """A4 machines without the rdma-N Networks but with DRANET's DeviceClass: ManagedRDMA. Each pod claims
-    all of its node's NICs from the job's ResourceClaimTemplate; the scheduler allocates them, so the two
-    pods land on the two nodes that have NICs, one each."""
+    """A4 machines without the rdma-N Networks but with DRANET's DeviceClass: TCP while no A4 node is
+    labelled as running GKE's DRANET driver (GKE installs the DeviceClass on clusters without DRANET node
+    pools too), ManagedRDMA once they are. Each pod claims all of its node's NICs from the job's
+    ResourceClaimTemplate; the scheduler allocates them, so the two pods land on the two nodes that have
+    NICs, one each."""
     add_daemonsets("nccl-rdma-installer")
+    jobs.create(auto_job("class-only", "nvidia-b200"))
+    assert chosen(jobs, "class-only")["profile"] == "TCP"
+    assert (
+        "nvidia-b200 nodes labelled cloud.google.com/gke-networking-dra-driver=true"
+        in chosen(jobs, "class-only")["reason"]
+    )
+    jobs.delete("class-only")
+    core = client.CoreV1Api(api_client)
+    selector = f"{JOB_LABEL}=class-only"
+    wait_for(lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items or None,
+             "the TCP job's pods gone")  # fmt: skip
+    for node in managed_dranet:
+        core.patch_node(
+            node, {"metadata": {"labels": {"cloud.google.com/gke-networking-dra-driver": "true"}}}
+        )
     jobs.create(auto_job("dranet", "nvidia-b200"))
     assert chosen(jobs, "dranet") == {
         "attempt": 1, "profile": "ManagedRDMA",

@@ -36,6 +36,7 @@ def world_of(
     device_classes: frozenset[str] | None = None,
     installers: Mapping[str, Installer] | None = None,
     autopilot: bool = False,
+    dranet_accelerators: frozenset[str] | None = None,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
     workload: Mapping[str, Any] | None = None,
     flavors: Mapping[str, Mapping[str, Any]] | None = None,
@@ -54,7 +55,7 @@ def world_of(
     core asks for the nodes they lack and whether the `overdue` pods exist)."""
     return World(
         job, children, now, nodes,
-        gke=GkeFacts(networks, device_classes, installers, autopilot),
+        gke=GkeFacts(networks, device_classes, installers, autopilot, dranet_accelerators),
         kueue=KueueFacts(workload, flavors or {}, kueue_served, routes, priority),
         ledger=ledger,
         settings=PassSettings(daemon_images, progress_url),

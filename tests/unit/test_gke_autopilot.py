@@ -259,7 +259,8 @@ def test_machines_without_an_autopilot_recipe_keep_the_standard_shape() -> None:
     chosen = choose(a4x, frozenset(f"rdma-{i}" for i in range(4)), autopilot=True)
     assert (chosen.profile, chosen.autopilot) == ("RDMA", False)
     assert "Autopilot" not in chosen.reason
-    dranet = choose(a4x, frozenset(), device_classes=frozenset({"mrdma.google.com"}), autopilot=True)
+    dranet = choose(a4x, frozenset(), device_classes=frozenset({"mrdma.google.com"}), autopilot=True,
+                    dranet_accelerators=frozenset({"nvidia-gb200"}))  # fmt: skip
     assert (dranet.profile, dranet.autopilot) == ("ManagedRDMA", False)
 
 

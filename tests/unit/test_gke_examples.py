@@ -78,7 +78,8 @@ def test_without_the_networks_auto_runs_it_over_tcp(example: Path) -> None:
 
 def test_the_a4x_example_claims_its_nics_on_a_cluster_with_managed_dranet_beside_its_channel() -> None:
     job = stored(next(p for p in EXAMPLES if p.stem == "llm-a4x"))
-    plan = plan_for(job, [], NOW, networks=frozenset(), device_classes=frozenset({"mrdma.google.com"}))
+    plan = plan_for(job, [], NOW, networks=frozenset(), device_classes=frozenset({"mrdma.google.com"}),
+                    dranet_accelerators=frozenset({"nvidia-gb200"}))  # fmt: skip
     assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
     assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
     for pod in plan.create:

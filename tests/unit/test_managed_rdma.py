@@ -1,5 +1,7 @@
 """RDMA through GKE's managed DRANET (ManagedRDMA): on RDMA machines whose cluster has no rdma-N Network
-objects but the DeviceClass mrdma.google.com, Auto claims each pod's GPU NICs through DRA; the pods claim
+objects but the DeviceClass mrdma.google.com and nodes of the machine labelled as running GKE's DRANET
+driver, Auto claims each pod's GPU NICs through DRA (the DeviceClass alone, which GKE installs on every
+recent cluster, is not enough); the pods claim
 from a ResourceClaimTemplate the job owns, applied with the pods; an explicit ManagedRDMA without the
 DeviceClass is Invalid."""
 
@@ -27,6 +29,7 @@ DRANET = frozenset({MANAGED_RDMA_DEVICE_CLASS, "gpu.nvidia.com"})
 RDMA_INSTALLERS = {"nccl-rdma-installer": Installer("kube-system", ())}
 RDMA_INSTALLER = frozenset(RDMA_INSTALLERS)
 RDMA_NETWORKS = frozenset(f"rdma-{i}" for i in range(8))
+B200_NODES = frozenset({"nvidia-b200"})  # the accelerator types of the nodes labelled DRANET's
 
 
 def spec(**fields: Any) -> DistributedTrainingJobSpec:
@@ -36,7 +39,7 @@ def spec(**fields: Any) -> DistributedTrainingJobSpec:
 
 
 def test_auto_claims_the_nics_from_dranet_where_the_rdma_networks_are_missing() -> None:
-    choice = choose(spec(), frozenset(), RDMA_INSTALLER, DRANET)
+    choice = choose(spec(), frozenset(), RDMA_INSTALLER, DRANET, dranet_accelerators=B200_NODES)
     assert (choice.profile, choice.reason, choice.degraded) == (
         NcclProfileName.MANAGED_RDMA,
         "2 pods of 8 nvidia-b200 GPUs, their NICs claimed from GKE's managed DRANET (DeviceClass mrdma.google.com)",
@@ -45,18 +48,32 @@ def test_auto_claims_the_nics_from_dranet_where_the_rdma_networks_are_missing() 
 
 
 def test_auto_prefers_the_networks_where_both_exist_and_falls_back_to_tcp_naming_both_where_neither() -> None:
-    assert choose(spec(), RDMA_NETWORKS, RDMA_INSTALLER, DRANET).profile == NcclProfileName.RDMA
-    neither = choose(spec(), frozenset(), RDMA_INSTALLER, frozenset({"gpu.nvidia.com"}))
+    both = choose(spec(), RDMA_NETWORKS, RDMA_INSTALLER, DRANET, dranet_accelerators=B200_NODES)
+    assert both.profile == NcclProfileName.RDMA
+    neither = choose(
+        spec(), frozenset(), RDMA_INSTALLER, frozenset({"gpu.nvidia.com"}), dranet_accelerators=B200_NODES
+    )
     assert neither.profile == NcclProfileName.TCP and neither.degraded
     assert neither.reason == (
         "TCP instead of RDMA on nvidia-b200: the cluster lacks the Network objects (networking.gke.io) "
         "rdma-0, rdma-1, rdma-2, rdma-3, rdma-4, rdma-5, rdma-6, rdma-7 that its interfaces attach to nor "
-        "GKE's managed DRANET (DeviceClass mrdma.google.com) (see docs/gke.md)"
+        "GKE's managed DRANET (the DeviceClass mrdma.google.com and nvidia-b200 nodes labelled "
+        "cloud.google.com/gke-networking-dra-driver=true) (see docs/gke.md)"
     )
 
 
+def test_the_device_class_alone_is_not_dranet_nor_are_other_machines_nodes() -> None:
+    """GKE installs its networking DeviceClasses on every cluster from 1.34.1-gke.1829001: without nodes
+    of the job's machines labelled as running the DRANET driver, the pods' claims could never be served
+    (Pending for good); Auto falls back to TCP, saying what is missing."""
+    for nodes in (frozenset(), frozenset({"nvidia-h200-141gb"})):
+        choice = choose(spec(), frozenset(), RDMA_INSTALLER, DRANET, dranet_accelerators=nodes)
+        assert choice.profile == NcclProfileName.TCP and choice.degraded
+        assert "nvidia-b200 nodes labelled cloud.google.com/gke-networking-dra-driver=true" in choice.reason
+
+
 def test_managed_rdma_still_needs_the_gib_installer() -> None:
-    choice = choose(spec(), frozenset(), frozenset(), DRANET)
+    choice = choose(spec(), frozenset(), frozenset(), DRANET, dranet_accelerators=B200_NODES)
     assert choice.profile == NcclProfileName.TCP and choice.degraded
     assert "no DaemonSet nccl-rdma-installer (the NCCL plugin's installer)" in choice.reason
 
@@ -135,7 +152,8 @@ def test_managed_rdma_gets_the_gib_script_its_fallback_tuning_and_gloo_on_the_po
 def test_a_pass_applies_the_template_with_the_pods_and_only_then() -> None:
     job = manifest(("Worker", 2), accelerator=B200)
     assert needs_networks(DistributedTrainingJobSpec.model_validate(job["spec"]))
-    plan = plan_for(job, [], NOW, networks=frozenset(), installers=RDMA_INSTALLERS, device_classes=DRANET)
+    plan = plan_for(job, [], NOW, networks=frozenset(), installers=RDMA_INSTALLERS, device_classes=DRANET,
+                    dranet_accelerators=B200_NODES)  # fmt: skip
     assert plan.status is not None and plan.status["nccl"]["profile"] == "ManagedRDMA"
     assert [o["kind"] for o in plan.apply] == ["Service", "ResourceClaimTemplate"]
     assert len(plan.create) == 2

@@ -55,7 +55,9 @@ class NcclProfileName(StrEnum):
     the machine's GPUs (8; A4X 4), the gang
     has more than one GPU pod and the cluster has the profile's GKE Network objects; else TCP. On RDMA
     machines without the rdma-N Networks, ManagedRDMA where the cluster has GKE's managed DRANET (the
-    DeviceClass mrdma.google.com): the pods get their GPU NICs through a DRA claim instead.
+    DeviceClass mrdma.google.com, and nodes of the machine labelled
+    cloud.google.com/gke-networking-dra-driver=true): the pods get their GPU NICs through a DRA claim
+    instead.
     status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks (or,
     for ManagedRDMA, its DeviceClass) is Invalid."""
 

@@ -106,7 +106,8 @@ def attempt_network(
     classes = gke.device_classes or frozenset()
     running = frozenset(gke.installers) if gke.installers is not None else None
     networks = gke.networks or frozenset()
-    chosen = choose(spec, networks, running, classes, in_autopilot_mode(spec, gke))
+    dranet = gke.dranet_accelerators or frozenset()
+    chosen = choose(spec, networks, running, classes, in_autopilot_mode(spec, gke), dranet)
     if (missing := _networks_missing(spec, chosen, networks, classes)) is not None:
         return missing
     chosen = with_daemon(spec, chosen, _daemon_set(spec, chosen.profile, daemon_images), gke.installers)

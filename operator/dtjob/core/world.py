@@ -36,6 +36,9 @@ class GkeFacts:
     autopilot: bool = False
     """The cluster is an Autopilot cluster, as its nodes tell (gke.autopilot_cluster over the operator's
     node cache, every pass): its pods run in Autopilot mode."""
+    dranet_accelerators: frozenset[str] | None = None
+    """The accelerator types of the nodes GKE labels as running its managed DRANET driver
+    (gke.DRANET_NODE_LABEL), read with the networks."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from kubernetes import client
 from dtjob.api import CRD_NAME, GROUP, PLURAL, VERSION
 from dtjob.core import kueue, kueue_priority
 from dtjob.core.gke import (
+    DRANET_NODE_LABEL,
     NETWORK_GROUP,
     NETWORK_PLURAL,
     NETWORK_VERSION,
@@ -28,6 +29,7 @@ from dtjob.core.gke import (
     Installer,
 )
 from dtjob.core.names import JOB_NAME_LABEL
+from dtjob.core.render.accelerator import ACCELERATOR_NODE_LABEL
 from dtjob.kube.client import api_client, apps, core, custom, resource
 from dtjob.kube.gate import Gate
 
@@ -169,6 +171,22 @@ class Reader:
                 return frozenset()
             raise
         return frozenset(item["metadata"]["name"] for item in json.loads(listed.data).get("items") or [])
+
+    def read_dranet_accelerators(self) -> frozenset[str]:
+        """The accelerator types (their cloud.google.com/gke-accelerator label) of the nodes GKE labels as
+        running its managed DRANET driver: none where the operator may not list nodes (logged)."""
+        self._gate.read()
+        try:
+            listed: Any = core().list_node(label_selector=f"{DRANET_NODE_LABEL}=true", _preload_content=False)
+        except client.ApiException as err:
+            if err.status == 403:
+                log.warning("may not list nodes: managed DRANET is not looked for")
+                return frozenset()
+            raise
+        labels = (item["metadata"].get("labels") or {} for item in json.loads(listed.data).get("items") or [])
+        return frozenset(
+            str(accelerator) for node in labels if (accelerator := node.get(ACCELERATOR_NODE_LABEL))
+        )
 
     def read_crd(self) -> dict[str, Any] | None:
         """The installed DistributedTrainingJob CRD; None when there is none."""

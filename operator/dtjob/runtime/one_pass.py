@@ -88,6 +88,7 @@ def _read(kube: Kube, world: World, needs: Needs) -> World:
             world.gke,
             networks=kube.read.read_networks(),
             device_classes=kube.read.read_device_classes(),
+            dranet_accelerators=kube.read.read_dranet_accelerators(),
             installers=kube.read.read_gpudirect_daemonsets(),
         )
         world = replace(world, gke=gke)

@@ -25,6 +25,7 @@ from dtjob.core.gke.env import library_path, nccl_env
 from dtjob.core.gke.machines import AUTO_PROFILES, MACHINES, machine_of
 from dtjob.core.gke.prerequisites import (
     DAEMON_PAIRINGS,
+    DRANET_NODE_LABEL,
     PREREQUISITE_DAEMONSETS,
     PREREQUISITE_NAMESPACES,
     Installer,
@@ -51,6 +52,7 @@ __all__ = [
     "DAEMON_NOT_READY_RESTARTS",
     "DAEMON_PAIRINGS",
     "DAEMON_SIDECARS",
+    "DRANET_NODE_LABEL",
     "GIB_TUNING",
     "GPUDIRECT_TCPXO",
     "HEALTH_CHECK_FILE",

@@ -9,6 +9,7 @@ from dtjob.api import GPU_ROLES, DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.gke.machines import AUTO_PROFILES, machine_gpus
 from dtjob.core.gke.prerequisites import (
     DAEMON_PAIRINGS,
+    DRANET_NODE_LABEL,
     PREREQUISITE_NAMESPACES,
     PREREQUISITES,
     DaemonPairing,
@@ -71,11 +72,13 @@ def choose(
     daemonsets: frozenset[str] | None = None,
     device_classes: frozenset[str] = frozenset(),
     autopilot: bool = False,
+    dranet_accelerators: frozenset[str] = frozenset(),
 ) -> NetworkChoice:
     """Auto's decision. GPUDirect only where it can work and helps: a GPUDirect machine type, all of its
     GPUs in each pod, more than one GPU pod (one pod's GPUs talk over NVLink), the Network objects its
     interfaces attach to present in the cluster (on RDMA machines without them: ManagedRDMA where the
-    cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`), and its PREREQUISITES
+    cluster has the DeviceClass of GKE's managed DRANET, among `device_classes`, and nodes of the job's
+    accelerator type labelled as running its driver, `dranet_accelerators`), and its PREREQUISITES
     running (`daemonsets`: those the cluster runs, of PREREQUISITE_DAEMONSETS; None when they could not be
     read: not judged). Anything else is TCP, with the reason. An explicit profile is taken as it is
     (`missing_networks` and `missing_device_class` tell whether it can start). `autopilot`: the pods run
@@ -92,9 +95,14 @@ def choose(
     if (misfit := _gang_misfit(spec, accelerator.count)) is not None:
         return NetworkChoice(NcclProfileName.TCP, f"{fallback}: {misfit}")
     missing = missing_networks(spec, wanted, cluster_networks, autopilot)
-    if missing and wanted == NcclProfileName.RDMA and MANAGED_RDMA_DEVICE_CLASS in device_classes:
+    dranet = MANAGED_RDMA_DEVICE_CLASS in device_classes and accelerator.type in dranet_accelerators
+    if missing and wanted == NcclProfileName.RDMA and dranet:
         wanted, missing = NcclProfileName.MANAGED_RDMA, ()
-    lacking = _lacking_networks(wanted, missing) if missing else _lacking_daemonsets(wanted, daemonsets)
+    lacking = (
+        _lacking_networks(wanted, missing, accelerator.type)
+        if missing
+        else _lacking_daemonsets(wanted, daemonsets)
+    )
     if lacking is not None:
         return NetworkChoice(NcclProfileName.TCP, f"{fallback}: {lacking} (see docs/gke.md)", degraded=True)
     profile = profile_for(wanted, spec, autopilot)
@@ -120,10 +128,11 @@ def _gang_misfit(spec: DistributedTrainingJobSpec, pod_gpus: int) -> str | None:
     return None
 
 
-def _lacking_networks(wanted: NcclProfileName, missing: tuple[str, ...]) -> str:
+def _lacking_networks(wanted: NcclProfileName, missing: tuple[str, ...], accelerator_type: str) -> str:
     """The Network objects the profile's interfaces attach to that the cluster lacks, said."""
     dranet = (
-        f" nor GKE's managed DRANET (DeviceClass {MANAGED_RDMA_DEVICE_CLASS})"
+        f" nor GKE's managed DRANET (the DeviceClass {MANAGED_RDMA_DEVICE_CLASS} and {accelerator_type} "
+        f"nodes labelled {DRANET_NODE_LABEL}=true)"
         if wanted == NcclProfileName.RDMA
         else ""
     )

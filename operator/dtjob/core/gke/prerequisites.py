@@ -31,6 +31,11 @@ PREREQUISITES: Final = {
     NcclProfileName.MANAGED_RDMA: {"nccl-rdma-installer": PLUGIN_INSTALLER},
 }
 PREREQUISITE_NAMESPACES: Final = ("kube-system", "gpudirect-system", "rdma-system")
+# GKE labels the nodes of a node pool with managed DRANET enabled (Cluster Toolkit
+# modules/compute/gke-node-pool/main.tf at d1236e22, read 2026-11-26; tests/data/gke_recipes/rdma-dranet.yaml).
+# The DeviceClass alone says nothing: GKE installs its networking DeviceClasses on every cluster from
+# 1.34.1-gke.1829001 (GKE's "Allocate network resources using DRA" page), with DRANET node pools or without.
+DRANET_NODE_LABEL: Final = "cloud.google.com/gke-networking-dra-driver"
 PREREQUISITE_DAEMONSETS: Final = frozenset(name for needed in PREREQUISITES.values() for name in needed)
 
 # A TCPX(O) daemon must match the NCCL plugin the cluster's installer DaemonSet put on the nodes (both
