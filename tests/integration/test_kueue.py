@@ -538,6 +538,8 @@ def test_the_provisioning_check_holds_the_gang_until_capacity_is_provisioned(
             pod.metadata.annotations["autoscaling.x-k8s.io/provisioning-class-name"]
             == "queued-provisioning.gke.io"
         )
+        tolerated = {(t.key, t.operator, t.effect) for t in pod.spec.tolerations}
+        assert ("cloud.google.com/gke-queued", "Exists", "NoSchedule") in tolerated  # GKE's DWS nodes' taint
 
 
 def test_a_failed_provisioning_is_retried_as_kueue_says_and_never_charged_to_the_job(

@@ -76,6 +76,30 @@ def test_quota_reserved_but_a_check_pending_is_still_queued_and_names_the_check(
     assert "ClusterQueue gpus" in message and "dws-prov: Pending (waiting for capacity)" in message
 
 
+def test_the_pods_of_a_queued_provisioning_request_tolerate_the_taint_of_its_nodes() -> None:
+    """GKE taints DWS nodes cloud.google.com/gke-queued; Kueue's check gives the pods only annotations."""
+    dws = {
+        "name": "worker",
+        "annotations": {
+            "autoscaling.x-k8s.io/consume-provisioning-request": "pr-1",
+            "autoscaling.x-k8s.io/provisioning-class-name": "queued-provisioning.gke.io",
+        },
+    }
+    other = {"name": "worker", "annotations": {"autoscaling.x-k8s.io/consume-provisioning-request": "pr-1",
+                                               "autoscaling.x-k8s.io/provisioning-class-name": "check-capacity.autoscaling.x-k8s.io"}}  # fmt: skip
+    queued = {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"}
+    for update, tolerated in ((dws, True), (other, False)):
+        admitted = workload(
+            ("QuotaReserved", "True"), ("Admitted", "True"), admission=True,
+            admissionChecks=[{"name": "dws-prov", "state": "Ready", "podSetUpdates": [update]}],
+        )  # fmt: skip
+        plan = queued_pass(QUEUED, [], admitted)
+        workers = [p for p in plan.create if p["metadata"]["labels"]["training.dtjob.io/role"] == "Worker"]
+        assert workers and all((queued in p["spec"]["tolerations"]) is tolerated for p in workers)
+        master = next(p for p in plan.create if p["metadata"]["labels"]["training.dtjob.io/role"] == "Master")
+        assert queued not in master["spec"]["tolerations"]  # its podSet got no request
+
+
 def test_an_admitted_gang_is_created_whole_with_the_flavor_and_the_checks_updates() -> None:
     update = {"name": "worker", "annotations": {"cluster-autoscaler.kubernetes.io/consume-provisioning-request": "pr-1"},
               "nodeSelector": {"cloud.google.com/gke-queued": "true"}}  # fmt: skip

@@ -36,6 +36,17 @@ WORKLOAD_NAME_PREFIX: Final = 252 - 5  # an object name's 253 characters, less '
 # On every Workload dtjob makes, as on Kueue's own integrations' (core/workload_release.py).
 RESOURCE_IN_USE: Final = f"{GROUP}/resource-in-use"
 PROVISIONING_PARAMETER_PREFIX: Final = "provreq.kueue.x-k8s.io/"
+# GKE taints the nodes of queued provisioning (DWS) pools cloud.google.com/gke-queued=true:NoSchedule, and
+# Kueue's provisioning check gives the pods of the request only its annotations (which name the class):
+# such a pod tolerates the taint, or the nodes provisioned for it refuse it (../shared/reference
+# platform-facts.md 1.5-1.6: GKE's ProvisioningRequest and GPUDirect-RDMA guides, read 2026-11-24).
+PROVISIONING_CLASS_ANNOTATION: Final = "autoscaling.x-k8s.io/provisioning-class-name"
+QUEUED_PROVISIONING_CLASS: Final = "queued-provisioning.gke.io"
+QUEUED_PROVISIONING_TOLERATION: Final = {
+    "key": "cloud.google.com/gke-queued",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 RESOURCE_FLAVORS: Final = "resourceflavors"
 LOCAL_QUEUES: Final = "localqueues"
 QUEUE_LABEL: Final = f"{GROUP}/queue-name"
@@ -321,7 +332,9 @@ def _pod_sets(
 ) -> tuple[dict[str, PodSetInfo], str | None]:
     """Each podSet's additions, as jobframework's getPodSetsInfoFromStatus builds them: the flavors'
     nodeLabels and tolerations, the podSet label and the Workload annotation, TAS's gate (and, placed by
-    implicit TAS, the unconstrained-topology annotation), then every admission check's podSetUpdates. A flavor the operator has not seen yet: the pods wait for it."""
+    implicit TAS, the unconstrained-topology annotation), then every admission check's podSetUpdates (and,
+    for GKE's queued provisioning, the toleration of its nodes' taint). A flavor the operator has not seen
+    yet: the pods wait for it."""
     infos: dict[str, PodSetInfo] = {}
     requests = {
         ps.get("name"): ps.get("topologyRequest") or {}
@@ -362,5 +375,7 @@ def _pod_sets(
                             )
                         into[key] = value
                 info.tolerations.extend(update.get("tolerations") or [])
+        if info.annotations.get(PROVISIONING_CLASS_ANNOTATION) == QUEUED_PROVISIONING_CLASS:
+            info.tolerations.append(QUEUED_PROVISIONING_TOLERATION)
         infos[name] = info
     return infos, None
