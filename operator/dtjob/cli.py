@@ -120,6 +120,13 @@ CONSOLE_SUBCOMMANDS: list[Subcommand] = [
         options.configure_logs,
         _console("logs"),
     ),
+    Subcommand(
+        "check",
+        "what a job would get on this cluster, before it is applied: the network chosen and why, every "
+        "refusal of its pods (a server-side dry run)",
+        options.configure_check,
+        _console("check"),
+    ),
 ]
 
 SUBCOMMANDS: list[Subcommand] = [

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -358,3 +361,50 @@ def test_auto_claims_the_gpu_nics_from_gkes_managed_dranet_and_the_scheduler_all
 
     devices = wait_for(allocated, "both pods' claims allocated")
     assert devices == {p.metadata.name: [f"rdma{i}" for i in range(8)] for p in pods}
+
+
+def test_dtjob_check_says_what_a_job_would_get_and_every_refusal_and_creates_nothing(
+    cluster_b: Cluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    add_networks: Callable[..., None],
+    add_daemonsets: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """The cluster dressed as an A3 High one set up by Cluster Toolkit (TCPX plugin v3.1.9), with a GPU
+    quota of 4 in the namespace: `dtjob check` names the network and the paired daemon, and the quota's
+    refusal of each 8-GPU pod (the apiserver's dry run); without the quota every object is accepted. It
+    never creates a thing."""
+    add_networks(*(f"vpc{i}" for i in range(1, 5)))
+    add_daemonsets("device-injector")
+    add_daemonsets(
+        "nccl-tcpx-installer",
+        image="us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9",
+    )
+    quota = {"metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "4"}}}
+    core.create_namespaced_resource_quota(namespace, quota)
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(auto_job("checked")))
+
+    def check() -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "dtjob.cli", "check", "-f", str(manifest), "-n", namespace,
+                "--kubeconfig", str(cluster_b.kubeconfig)]  # fmt: skip
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    refused = check()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    out = refused.stdout
+    assert "Network: GPUDirectTCPX: 2 pods of 8 nvidia-h100-80gb GPUs" in out, out
+    assert "daemon v2.0.12, the pair of the NCCL plugin v3.1.9" in out, out
+    assert "nccl-tcpx-installer (kube-system, plugin v3.1.9)" in out, out
+    for pod in ("checked-worker-0", "checked-worker-1"):
+        line = next(line for line in out.splitlines() if f"Pod {pod} (Worker)" in line)
+        assert "REFUSED" in line and "exceeded quota: gpus" in line, line
+    assert "Service checked: accepted" in out, out
+
+    core.delete_namespaced_resource_quota("gpus", namespace)
+    # The apiserver's quota admission reads quotas from its own cache: the deletion reaches it eventually.
+    accepted = wait_for(lambda: ((run := check()).returncode == 0 and run) or None, "every object accepted")
+    assert "REFUSED" not in accepted.stdout
+    assert core.list_namespaced_pod(namespace).items == []
+    assert [s.metadata.name for s in core.list_namespaced_service(namespace).items] == []

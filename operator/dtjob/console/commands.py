@@ -64,6 +64,13 @@ def _logs(args: argparse.Namespace) -> int:
     return (follow if args.follow else show)(_reader(args), args.name, choice, *_consoles())
 
 
+def _check(args: argparse.Namespace) -> int:
+    from dtjob.console.check import check  # the operator's core and Kubernetes edge: only this command
+
+    out, _ = _consoles()
+    return check(args, out.print)
+
+
 def reporting_failures(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A missing job, a bad kubeconfig or an unreachable apiserver: one line on stderr, exit 1."""
 
@@ -97,3 +104,4 @@ get = reporting_failures(_get)
 describe = reporting_failures(_describe)
 watch_job = reporting_failures(_watch)
 logs = reporting_failures(_logs)
+check = reporting_failures(_check)

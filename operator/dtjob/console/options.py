@@ -35,3 +35,13 @@ def configure_logs(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--attempt", type=int, help="only this attempt (default: the current one)")
     parser.add_argument("--rank", type=int, help="only this rank (default: every rank)")
+
+
+def configure_check(parser: argparse.ArgumentParser) -> None:
+    _connection(parser)
+    parser.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="the DistributedTrainingJob manifest to check (one YAML document)",
+    )

@@ -56,12 +56,23 @@ def _with_server_timeout(url: str, seconds: float) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+# Where api_client() reads a kubeconfig from, outside a cluster: KUBECONFIG's current context unless a
+# command says otherwise (use_kubeconfig).
+_KUBECONFIG: dict[str, str | None] = {}
+
+
+def use_kubeconfig(config_file: str | None, context: str | None) -> None:
+    """Read this kubeconfig file and context (None: kubectl's defaults) outside a cluster: `dtjob check`
+    takes kubectl's --kubeconfig and --context. Before the first api_client()."""
+    _KUBECONFIG.update(config_file=config_file, context=context)
+
+
 @cache
 def api_client() -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config(**_KUBECONFIG)
     configuration = client.Configuration.get_default_copy()
     # One quick retry (a kept-alive connection the apiserver had closed); past that a pass fails and backs
     # off per job, and the readers have their own ladder: urllib3's default of three made each request
