@@ -154,6 +154,7 @@ def test_auto_picks_gpudirect_once_the_networks_exist_and_an_explicit_profile_wa
     assert chosen(jobs, "fast") == {
         "attempt": 1, "profile": "GPUDirectTCPX",
         "reason": "2 pods of 8 nvidia-h100-80gb GPUs, Networks vpc1..vpc4 present",
+        "daemonImage": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.15",  # no plugin seen
     }  # fmt: skip
     pods = jobs.wait_pods("fast", 2)
     assert all([c.name for c in p.spec.init_containers] == ["tcpx-daemon"] for p in pods)
