@@ -30,7 +30,7 @@ def test_the_report_names_the_cluster_the_choice_the_warnings_and_each_refusal()
     ]
     assert report(job, gke, status, events, sent) == [
         "Job team-a/mnist: PyTorch, 2 Worker, 8 x nvidia-h100-80gb a pod",
-        "Cluster: Autopilot",
+        "Cluster: Autopilot (its nodes say so)",
         "  GPUDirect DaemonSets: nccl-tcpx-installer (kube-system, plugin v3.1.9)",
         "  Network objects: vpc1, vpc2",
         "  DRA DeviceClasses: none",
@@ -48,4 +48,8 @@ def test_an_invalid_job_says_why_and_that_nothing_was_sent() -> None:
     invalid = {"conditions": [{"type": "Invalid", "status": "True", "message": "spec.nccl.profile: no"}]}
     lines = report(job, GkeFacts(), invalid, [], [])
     assert "Invalid: spec.nccl.profile: no" in lines
+    assert "Cluster: Standard (or not GKE)" in lines
+    installers = {"nccl-tcpx-installer": Installer("gpudirect-system", ())}
+    on_autopilot = report(job, GkeFacts(installers=installers), None, [], [])
+    assert "Cluster: Autopilot (its GPUDirect installers run in Autopilot's namespaces)" in on_autopilot
     assert lines[-1] == "  nothing to send: the job would not start (see above)"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.core.gke import Installer
+from dtjob.core.gke import Installer, on_autopilot
 from dtjob.core.plan import Event
 from dtjob.core.world import GkeFacts
 
@@ -51,7 +51,12 @@ def report(
 
 
 def _cluster(gke: GkeFacts) -> list[str]:
-    mode = "Autopilot" if gke.autopilot else "Standard (or not GKE)"
+    if gke.autopilot:
+        mode = "Autopilot (its nodes say so)"
+    elif on_autopilot(gke.installers):
+        mode = "Autopilot (its GPUDirect installers run in Autopilot's namespaces)"
+    else:
+        mode = "Standard (or not GKE)"
     installers = ", ".join(_installer(n, i) for n, i in sorted((gke.installers or {}).items())) or "none"
     return [
         f"Cluster: {mode}",
