@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob.api import DistributedTrainingJobSpec
-from dtjob.core.gke import MACHINES, choose
+from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
+from dtjob.core.gke import MACHINES, choose, nccl_env
 from tests.support.builders import GKE_NETWORKS, manifest, template
 
-FAMILIES: dict[str, Any] = yaml.safe_load(
+DATA: dict[str, Any] = yaml.safe_load(
     (Path(__file__).parents[1] / "data" / "gke_recipes" / "machines.yaml").read_text()
-)["families"]
+)
+FAMILIES: dict[str, Any] = DATA["families"]
 PROFILE_OF_NETWORK = {
     "GPUDirect-TCPX": "GPUDirectTCPX",
     "GPUDirect-TCPXO": "GPUDirectTCPXO",
@@ -74,4 +75,22 @@ def test_a_variant_that_shares_its_label_gets_that_labels_profile_whatever_machi
     chosen = choose(spec, GKE_NETWORKS)
     assert (chosen.profile, chosen.degraded) == (PROFILE_OF_NETWORK[FAMILIES[family]["network"]], False), (
         chosen
+    )
+
+
+@pytest.mark.parametrize(("gpus", "level"), DATA["g4_p2p_level"].items())
+def test_g4_pods_get_cluster_toolkits_p2p_level_and_the_jobs_own_wins(gpus: int, level: str) -> None:
+    g4 = {"type": "nvidia-rtx-pro-6000", "count": gpus}
+    spec = DistributedTrainingJobSpec.model_validate(manifest(("Worker", 2), accelerator=g4)["spec"])
+    assert dict(nccl_env(spec, NcclProfileName.TCP))["NCCL_P2P_LEVEL"] == level
+    own = manifest(("Worker", 2), accelerator=g4, nccl={"env": [{"name": "NCCL_P2P_LEVEL", "value": "NVL"}]})
+    assert (
+        dict(nccl_env(DistributedTrainingJobSpec.model_validate(own["spec"]), NcclProfileName.TCP))[
+            "NCCL_P2P_LEVEL"
+        ]
+        == "NVL"
+    )
+    h100 = manifest(("Worker", 2), accelerator={"type": "nvidia-h100-80gb", "count": gpus})
+    assert "NCCL_P2P_LEVEL" not in dict(
+        nccl_env(DistributedTrainingJobSpec.model_validate(h100["spec"]), NcclProfileName.TCP)
     )

@@ -22,11 +22,16 @@ IMAGE_LIBRARY_PATH: Final = ("/usr/local/nvidia/lib", "/usr/local/nvidia/lib64")
 # with GPU NICs has several interfaces, and gloo would take whichever its hostname resolves to. Google's
 # recipes set it for A3 Mega, A4 and A4X (gpu-recipes, cluster-toolkit, GKE's verl tutorial).
 GLOO_ON_POD_NETWORK: Final = ("GLOO_SOCKET_IFNAME", "eth0")
+# G4 (1, 2, 4 or 8 RTX PRO 6000 GPUs a machine) has no GPUDirect stack, and its GPUs reach each other over
+# PCIe: Cluster Toolkit's G4 NCCL test sets NCCL_P2P_LEVEL PHB, and SYS on the 8-GPU g4-standard-384
+# (examples/gke-g4/nccl-test.yaml at 53c1f52b and README.md at ccdb8458, read 2026-12-07). A pod of 8
+# GPUs is on an 8-GPU machine; dtjob cannot see the machine of a smaller pod, and takes PHB.
+G4_ACCELERATOR: Final = "nvidia-rtx-pro-6000"
 
 
 def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName, autopilot: bool = False) -> Env:
     """The profile's variables (an RDMA machine's tuner config and gIB fallback tuning, gloo on the pod
-    network where the pod has GPU NICs), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env
+    network where the pod has GPU NICs, G4's NCCL_P2P_LEVEL), NCCL_DEBUG, the PyTorch watchdog switch, then spec.nccl.env
     (which wins)."""
     env = dict(profile_for(name, spec, autopilot).env)
     machine = machine_of(spec)
@@ -35,6 +40,8 @@ def nccl_env(spec: DistributedTrainingJobSpec, name: NcclProfileName, autopilot:
         env["NCCL_TUNER_CONFIG_PATH"] = machine.tuner_config
     if PROFILES[name].gpu_nics:
         env.update((GLOO_ON_POD_NETWORK,))
+    if spec.accelerator is not None and spec.accelerator.type == G4_ACCELERATOR:
+        env["NCCL_P2P_LEVEL"] = "SYS" if spec.accelerator.count == 8 else "PHB"
     env["NCCL_DEBUG"] = spec.nccl.debug.value
     if spec.framework == Framework.PYTORCH:
         # A lost peer becomes an error that ends the process (and so restarts the gang), not a hang.
