@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
+import yaml
+
+from dtjob.console.check import check
 from dtjob.console.check_view import DryRun, report
 from dtjob.core.gke import Installer
 from dtjob.core.plan import Event
@@ -53,3 +59,19 @@ def test_an_invalid_job_says_why_and_that_nothing_was_sent() -> None:
     on_autopilot = report(job, GkeFacts(installers=installers), None, [], [])
     assert "Cluster: Autopilot (its GPUDirect installers run in Autopilot's namespaces)" in on_autopilot
     assert lines[-1] == "  nothing to send: the job would not start (see above)"
+
+
+def test_a_manifest_that_is_not_a_valid_job_is_refused_before_the_cluster_is_read(tmp_path: Path) -> None:
+    """Each error names its field, as `kubectl apply` would be refused; exit 1, before any kubeconfig is
+    read (the one named does not exist)."""
+    bad = manifest(("Worker", 2))
+    bad["spec"]["replicas"][0]["count"] = -1
+    cases = {"pod.yaml": ({"kind": "Pod"}, "pod.yaml: kind is 'Pod', not DistributedTrainingJob"),
+             "bad.yaml": (bad, "spec.replicas.0.count: Input should be greater than or equal to 1")}  # fmt: skip
+    for name, (content, said) in cases.items():
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+        args = argparse.Namespace(filename=str(tmp_path / name), namespace=None, kubeconfig="/nonexistent",
+                                  context=None)  # fmt: skip
+        lines: list[str] = []
+        assert check(args, lines.append) == 1
+        assert [line.replace(str(tmp_path) + "/", "") for line in lines] == [said]

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from pydantic import ValidationError
 
-from dtjob.api import DistributedTrainingJobSpec
+from dtjob.api import KIND, DistributedTrainingJobSpec
 from dtjob.console.check_view import DryRun, report
 from dtjob.core.gke import autopilot_cluster
 from dtjob.core.kueue import QUEUE_LABEL
@@ -34,14 +34,17 @@ UNCREATED_UID: Final = "00000000-0000-0000-0000-000000000000"
 
 
 def check(args: argparse.Namespace, print_line: Callable[[str], None]) -> int:
-    use_kubeconfig(args.kubeconfig, args.context)
     job = _stored(Path(args.filename), args.namespace)
+    if job.get("kind") != KIND:
+        print_line(f"{args.filename}: kind is {job.get('kind')!r}, not {KIND}")
+        return 1
     try:
         DistributedTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as err:
         for error in err.errors():
             print_line(f"spec.{'.'.join(map(str, error['loc']))}: {error['msg']}")
         return 1
+    use_kubeconfig(args.kubeconfig, args.context)
     if queue := (job["metadata"].get("labels") or {}).pop(QUEUE_LABEL, None):
         print_line(f"(in Kueue queue {queue}: checked as if admitted, without what its admission adds)")
     kube = Kube.at(qps=20, burst=20)
@@ -57,7 +60,7 @@ def check(args: argparse.Namespace, print_line: Callable[[str], None]) -> int:
 def _stored(path: Path, namespace: str | None) -> dict[str, Any]:
     """The manifest as the apiserver would store it: in the namespace asked for (else its own, else
     default), with the uid and generation the first pass reads."""
-    job: dict[str, Any] = yaml.safe_load(path.read_text())
+    job: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
     meta = job.setdefault("metadata", {})
     meta["namespace"] = namespace or meta.get("namespace") or "default"
     meta.update(uid=UNCREATED_UID, generation=1, creationTimestamp=_now().strftime("%Y-%m-%dT%H:%M:%SZ"))
