@@ -14,7 +14,8 @@ from dtjob.core.plan import Event
 from dtjob.core.world import GkeFacts
 from tests.support.builders import manifest
 
-PLUGIN = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9"
+# As an installer pinned by digest names it: the tag is read as the operator reads it (gke.name_and_tag).
+PLUGIN = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9@sha256:0123abcd"
 
 
 def test_the_report_names_the_cluster_the_choice_the_warnings_and_each_refusal() -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob.api import DistributedTrainingJobSpec
-from dtjob.core.gke import Installer, on_autopilot
+from dtjob.core.gke import Installer, name_and_tag, on_autopilot
 from dtjob.core.plan import Event
 from dtjob.core.world import GkeFacts
 
@@ -68,7 +68,9 @@ def _cluster(gke: GkeFacts) -> list[str]:
 
 
 def _installer(name: str, installer: Installer) -> str:
-    tags = [image.rsplit(":", 1)[-1] for image in installer.images if "nccl-plugin" in image]
+    tags = [
+        tag for name, tag in map(name_and_tag, installer.images) if name.startswith("nccl-plugin") and tag
+    ]
     return f"{name} ({installer.namespace}{', plugin ' + tags[0] if tags else ''})"
 
 

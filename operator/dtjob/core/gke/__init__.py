@@ -18,6 +18,7 @@ from dtjob.core.gke.choice import (
     choose,
     missing_device_class,
     missing_networks,
+    name_and_tag,
     needs_networks,
     with_daemon,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "machine_of",
     "missing_device_class",
     "missing_networks",
+    "name_and_tag",
     "nccl_env",
     "needs_networks",
     "on_autopilot",

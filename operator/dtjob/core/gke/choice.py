@@ -172,7 +172,7 @@ def with_daemon(
     plugin = _installed_plugin(pairing, installers or {})
     paired = pairing.daemon_for_plugin.get(plugin) if plugin is not None else None
     if explicit is not None:
-        if plugin is None or paired is None or _name_and_tag(explicit)[1] == paired:
+        if plugin is None or paired is None or name_and_tag(explicit)[1] == paired:
             return replace(chosen, daemon_image=explicit)
         mismatch = (
             f"the daemon {explicit} does not pair with the NCCL plugin {plugin} that the cluster's "
@@ -212,10 +212,10 @@ def _installed_plugin(pairing: DaemonPairing, installers: Mapping[str, Installer
     runs no such installer (or it was not read), or its images name no plugin."""
     installer = installers.get(pairing.installer)
     images = installer.images if installer is not None else ()
-    return next((tag for image, tag in map(_name_and_tag, images) if image == pairing.plugin_image), None)
+    return next((tag for image, tag in map(name_and_tag, images) if image == pairing.plugin_image), None)
 
 
-def _name_and_tag(image: str) -> tuple[str, str]:
+def name_and_tag(image: str) -> tuple[str, str]:
     """An image reference's last path segment and its tag ("" without one), any digest dropped."""
     name, _, tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")
     return name, tag
