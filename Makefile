@@ -76,14 +76,15 @@ chart-package: venv build ## The chart as a release archive: .artifacts/dtjob-op
 test-unit: venv
 	$(PY) -m pytest tests/unit -q
 
-# pytest-xdist workers beside the cluster-wide tests: the cluster tests mostly wait, so more workers than
-# cores (docs/testing.md).
-TEST_WORKERS ?= 3
+# pytest-xdist workers beside the cluster-wide tests, of which at most TRAINING_SLOTS train at once: the
+# other cluster tests mostly wait, so more workers than cores (docs/testing.md).
+TEST_WORKERS ?= 5
+TRAINING_SLOTS ?= 3
 
 test: deps venv build lint test-images ## The whole test suite: lint, unit, trainer, cluster, integration and e2e tests
 	@# From a clean cluster: the run brings it up (and down) itself, with nothing left by a demo.
 	$(PY) -m localcluster down
-	$(PY) -m hack.test_suite --workers $(TEST_WORKERS)
+	$(PY) -m hack.test_suite --workers $(TEST_WORKERS) --training-slots $(TRAINING_SLOTS)
 
 check: lint ## The inner loop, about a minute: lint, the unit tests (the pure core's properties among them), the chart
 	$(PY) -m pytest tests/unit tests/chart -q -n 2

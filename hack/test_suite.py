@@ -4,7 +4,8 @@
 - alone: the cluster-wide tests, then the Kueue tests, one at a time; each cluster-wide test has the
   cluster to itself (tests/support/sharing.py);
 - shared: every other test, in TEST_WORKERS pytest-xdist workers: the tests that need no cluster first
-  (they run while the cluster-wide ones hold the cluster), then the cluster tests.
+  (they run while the cluster-wide ones hold the cluster), then the cluster tests; at most
+  TRAINING_SLOTS of them train at once (tests/support/sharing.py), the other workers run tests that wait.
 
 Each writes its log to .artifacts/test-<part>.log, printed when it ends; a line a minute says how far
 each has got. Both get the machine's pace, measured first, which scales their liveness waits
@@ -32,6 +33,7 @@ from localcluster import Cluster, controlplane
 from localcluster.layout import Layout
 from tests.support import hygiene, pace
 from tests.support.durations import ARTIFACTS, REPO, Durations, merge
+from tests.support.sharing import TRAINING_SLOTS_ENV
 
 ALONE = "cluster_wide or kueue"
 NO_TESTS = 5  # pytest's exit code when a selection holds no test
@@ -65,7 +67,10 @@ def last_line(log: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.test_suite", description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=3, help="xdist workers of the shared part")
+    parser.add_argument("--workers", type=int, default=5, help="xdist workers of the shared part")
+    parser.add_argument(
+        "--training-slots", type=int, default=3, help="tests of the shared part that train at once"
+    )
     args, extra = parser.parse_known_args(argv)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for stale in ARTIFACTS.glob("test-durations*"):
@@ -85,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     for part in ("alone", "shared"):
         log = ARTIFACTS / f"test-{part}.log"
         env = {**os.environ, **paced, "DTJOB_KEEP_CLUSTER": "1", "DTJOB_DURATIONS_PART": part}
+        if part == "shared":
+            env[TRAINING_SLOTS_ENV] = str(args.training_slots)
         with log.open("wb") as out:
             process = subprocess.Popen(
                 pytest_command(part, args.workers, extra), stdout=out, stderr=subprocess.STDOUT,

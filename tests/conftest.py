@@ -46,7 +46,17 @@ from kubernetes import client, config
 from tests.support import hygiene
 from tests.support.jobs import Jobs
 from tests.support.namespaces import create_namespace
-from tests.support.sharing import CLUSTER, LOCKS, MACHINE, owning, sharing
+from tests.support.sharing import (
+    CLUSTER,
+    LOCKS,
+    MACHINE,
+    TRAINING_SLOTS_ENV,
+    TRAININGS,
+    a_slot,
+    interleaved,
+    owning,
+    sharing,
+)
 
 # The fixtures that bring the cluster to a tier (directly or through another fixture): a test is marked
 # with the highest tier among the fixtures it uses, so `pytest -m "not tier_c"` selects (docs/testing.md).
@@ -129,9 +139,18 @@ def scheduling_order(item: pytest.Item) -> int:
     return 3 + (CLUSTER_FOLDERS.index(folder) if folder in CLUSTER_FOLDERS else len(CLUSTER_FOLDERS))
 
 
+def trains(item: pytest.Item) -> bool:
+    """A test that runs trainer processes (a local gang, or pods on the real node): it takes a training
+    slot under `make test`, which runs more workers than slots."""
+    return item.nodeid.startswith(("tests/trainer/", "tests/e2e/"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
     items.sort(key=scheduling_order)  # stable: each folder keeps its order
+    first_cluster_test = next((i for i, item in enumerate(items) if scheduling_order(item) >= 3), len(items))
+    # The cluster tests that train spread among the others (tests/support/sharing.py: interleaved).
+    items[first_cluster_test:] = interleaved(items[first_cluster_test:], trains)
     if not CURRENT_CLUSTER:
         return
     local_only = [item for item in items if item.get_closest_marker("any_cluster") is None]
@@ -154,13 +173,16 @@ def cluster_lock(request: pytest.FixtureRequest) -> Iterator[None]:
         waiting = time.monotonic()
         # Every test shares the machine, so that a quiet one (a timing claim) runs with no other test
         # beside it: an ETA judged beside the unit tests' hypothesis runs was 37 % off (2026-12-02).
-        held.enter_context(owning(MACHINE) if item.get_closest_marker(QUIET) else sharing(MACHINE))
+        quiet = item.get_closest_marker(QUIET) is not None
+        held.enter_context(owning(MACHINE) if quiet else sharing(MACHINE))
         if item.get_closest_marker(CLUSTER_WIDE):
             held.enter_context(owning(CLUSTER))
         elif any(item.get_closest_marker(tier) for tier in TIER_FIXTURES) or item.nodeid.startswith(
             "tests/chart/"
         ):
             held.enter_context(sharing(CLUSTER))
+        if (slots := int(os.environ.get(TRAINING_SLOTS_ENV, "0"))) and trains(item) and not quiet:
+            held.enter_context(a_slot(TRAININGS, slots))
         # The duration report tells the time a test waited for others from its own (tests/support/durations.py).
         item.user_properties.append((LOCK_WAIT, round(time.monotonic() - waiting, 2)))
         yield
