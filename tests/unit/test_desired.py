@@ -253,6 +253,24 @@ def test_gpu_roles_get_accelerator_spot_and_gpu_wiring_and_cpu_roles_do_not() ->
     assert "nodeSelector" not in ps and "tolerations" not in ps and "resources" not in ps["containers"][0]
 
 
+def test_flex_start_selects_and_tolerates_gkes_flex_start_nodes() -> None:
+    job = manifest(("Worker", 2), accelerator={"type": "nvidia-a100-80gb", "count": 2, "flexStart": True})
+    spec = pods(job)["mnist-worker-1"]["spec"]
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-a100-80gb",
+        "cloud.google.com/gke-flex-start": "true",
+    }
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {
+            "key": "cloud.google.com/gke-flex-start",
+            "operator": "Equal",
+            "value": "true",
+            "effect": "NoSchedule",
+        },
+    ]
+
+
 def test_the_template_keeps_its_own_resources_selector_and_tolerations_next_to_the_gpu_wiring() -> None:
     toleration = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
     tmpl = template(container(resources={"limits": {"memory": "8Gi"}, "requests": {"cpu": "2"}}),

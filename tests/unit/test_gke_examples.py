@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from dtjob.core.render.accelerator import FLEX_START_TOLERATION
 from tests.support.builders import GKE_NETWORKS, NOW, UID
 from tests.support.plan import plan_for
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "gke").glob("*.yaml"))
+# The large-model examples, on the machines that GPUDirect networking serves.
+LLM_EXAMPLES = [p for p in EXAMPLES if p.stem.startswith("llm-")]
 GCSFUSE = yaml.safe_load((Path(__file__).parents[1] / "data" / "gke_recipes" / "gcsfuse.yaml").read_text())
 # Where the examples' checkpoint mount options depart from Google's checkpointing list: the trainer runtime
 # replaces its `latest` pointer in place, so a stat cached for ever (-1) could show a pod that outlives a
@@ -27,7 +30,7 @@ def stored(path: Path) -> dict[str, Any]:
     return job
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", LLM_EXAMPLES, ids=lambda p: p.stem)
 def test_on_a_cluster_with_the_networks_the_gang_gets_gpudirect_gcs_fuse_and_its_nodes(
     example: Path,
 ) -> None:
@@ -90,6 +93,20 @@ def test_the_a4x_example_claims_its_nics_on_a_cluster_with_managed_dranet_beside
         claims = pod["spec"]["containers"][0]["resources"]["claims"]
         assert claims == [{"name": "compute-domain-channel"}, {"name": "dtj-gpu-nics"}]
         assert "networking.gke.io/interfaces" not in pod["metadata"]["annotations"]
+
+
+def test_the_flex_start_example_selects_and_tolerates_flex_start_nodes_over_tcp() -> None:
+    job = stored(next(p for p in EXAMPLES if p.stem == "flex-start-l4"))
+    plan = plan_for(job, [], NOW, networks=GKE_NETWORKS)
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"  # L4: no GPUDirect
+    assert len(plan.create) == 2
+    for pod in plan.create:
+        assert pod["spec"]["nodeSelector"] == {
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+            "cloud.google.com/gke-flex-start": "true",
+        }
+        assert FLEX_START_TOLERATION in pod["spec"]["tolerations"]  # its literal: test_desired.py
+        assert pod["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

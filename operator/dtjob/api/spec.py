@@ -209,12 +209,25 @@ class Accelerator(WireModel):
     spot: bool = False
     """Run on Spot VMs: select and tolerate cloud.google.com/gke-spot nodes. Preemptions are expected and
     restart the gang without charging backoffLimit."""
+    flex_start: bool = False
+    """Run on flex-start VMs (GKE's Dynamic Workload Scheduler without queued provisioning): select
+    cloud.google.com/gke-flex-start nodes and tolerate that key's optional taint. A node that reaches its
+    pool's maximum run duration (7 days unless set) is lost to the gang as a reclaimed one is: an
+    interruption, not a failure. Not with spot: a VM has one provisioning model."""
     placement_group: (
         Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
     ) = None
     """GKE compact placement: the GPU pods select nodes of this placement group
     (cloud.google.com/gke-placement-group), so the gang's VMs sit close together in one zone and all-reduce
     crosses fewer network hops. Opt-in; see docs/gke.md for the node pools it needs."""
+
+    rules = (
+        Rule(
+            cel="!(has(self.spot) && self.spot && has(self.flexStart) && self.flexStart)",
+            message="spec.accelerator: spot and flexStart cannot both be true (a VM has one provisioning model)",
+            holds=lambda a: not (a.spot and a.flex_start),
+        ),
+    )
 
 
 class Elastic(WireModel):

@@ -1,5 +1,5 @@
-"""A GPU pod's wiring: on the accelerator's nodes (and Spot, compact placement, Arm) with its GPUs, and on
-the network profile's volumes, mounts, daemons and GPU NIC claim."""
+"""A GPU pod's wiring: on the accelerator's nodes (and Spot, flex-start, compact placement, Arm) with its
+GPUs, and on the network profile's volumes, mounts, daemons and GPU NIC claim."""
 
 from __future__ import annotations
 
@@ -32,6 +32,16 @@ SPOT_TOLERATION: Final = {
     "value": "true",
     "effect": "NoSchedule",
 }
+# GKE selects flex-start VMs by this label, which its autoscaler may also put on them as a taint
+# ("a label / (optional) taint key used for nodes using Flex Start provisioning model"; GKE's "Run a small
+# batch workload with GPUs and Flex-start VMs", updated 2026-06-09, selects it; both read 2026-12-07).
+FLEX_START_NODE_LABEL: Final = "cloud.google.com/gke-flex-start"
+FLEX_START_TOLERATION: Final = {
+    "key": FLEX_START_NODE_LABEL,
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
 
 
 def wire_accelerator(
@@ -45,6 +55,9 @@ def wire_accelerator(
     if spec.accelerator.spot:
         selector[SPOT_NODE_LABEL] = "true"
         tolerations.append(SPOT_TOLERATION)
+    if spec.accelerator.flex_start:
+        selector[FLEX_START_NODE_LABEL] = "true"
+        tolerations.append(FLEX_START_TOLERATION)
     if (machine := machine_of(spec)) is not None and machine.arm64:
         tolerations.append(ARM64_TOLERATION)
     pod_spec["nodeSelector"] = selector
