@@ -185,6 +185,31 @@ def test_a_pod_no_node_of_its_placement_group_can_take_says_what_gke_offers() ->
     assert "placement" not in message
 
 
+def test_a_pod_gated_by_kueues_pod_integration_is_unschedulable_saying_what_to_change() -> None:
+    """Kueue's pod webhook gated a pod of the gang as a plain pod of its own (its owner not among Kueue's
+    external frameworks): the scheduler only says the pod is gated; the condition says why and what to do."""
+    job = status_after(manifest(("Worker", 2)), [], 0)
+    pods = pods_of(job)
+    gated = copy.deepcopy(pending(pods["mnist-worker-1"]))
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                      "message": "Scheduling is blocked due to non-empty scheduling gates"}]  # fmt: skip
+    plan = plan_for(job, [pending(pods["mnist-worker-0"]), gated], NOW + timedelta(seconds=5))
+    assert plan.status is not None
+    condition = next(c for c in plan.status["conditions"] if c["type"] == "Unschedulable")
+    assert (condition["status"], condition["reason"]) == ("True", "PodUnschedulable")
+    assert condition["message"].startswith(
+        "1 pod(s) cannot be scheduled (mnist-worker-1): held by Kueue's pod"
+    )
+    assert "integrations.externalFrameworks" in condition["message"]
+    # A gate of another kind (TAS's, which dtjob itself adds) is not Kueue's pod integration.
+    topology = copy.deepcopy(gated)
+    topology["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    plan = plan_for(job, [pending(pods["mnist-worker-0"]), topology], NOW + timedelta(seconds=5))
+    assert plan.status is not None
+    assert ("Unschedulable", "True") not in {(c["type"], c["status"]) for c in plan.status["conditions"]}
+
+
 def test_suspending_a_job_whose_pods_wait_for_nodes_clears_unschedulable() -> None:
     job = status_after(JOB, [], 0)
     waiting = [pending(p, unschedulable=True) for p in pods_of(job).values()]

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from dtjob.api import Role, parse_timestamp
 from dtjob.core.gke import DAEMON_NOT_READY_RESTARTS, DAEMON_SIDECARS
+from dtjob.core.kueue_pod_gate import HELD_BY_KUEUES_POD_INTEGRATION, held_by_kueues_pod_integration
 from dtjob.core.names import (
     ATTEMPT_LABEL,
     JOB_NAME_LABEL,
@@ -82,6 +83,7 @@ class _Facts:
     image_error_persists: bool
     daemon_not_ready: str = ""
     """Which GPUDirect daemon sidecar keeps failing to start (its startup probe), if one does."""
+    kueue_gated: bool = False  # Kueue's pod integration holds the pod (core/kueue_pod_gate.py)
 
 
 Classification = tuple[PodState, str, str]
@@ -175,6 +177,8 @@ def _live(facts: _Facts) -> Classification | None:
     if facts.phase == "Pending":
         waiting = (facts.trainer.get("state") or {}).get("waiting") or {}
         scheduled = facts.conditions.get("PodScheduled", {})
+        if facts.kueue_gated:
+            return PodState.PENDING, str(scheduled.get("reason", "")), HELD_BY_KUEUES_POD_INTEGRATION
         if waiting:
             return PodState.PENDING, str(waiting.get("reason", "")), str(waiting.get("message", ""))
         return PodState.PENDING, str(scheduled.get("reason", "")), str(scheduled.get("message", ""))
@@ -217,6 +221,7 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         node_shutting_down=_node_shutting_down_now(node, nodes) if matters else "",
         image_error_persists=image_error_at is not None and now >= image_error_at,
         daemon_not_ready=_daemon_not_ready(status, node),
+        kueue_gated=held_by_kueues_pod_integration(pod),
     )
     state, reason, message = _verdict(facts)
     scheduled = conditions.get("PodScheduled", {})
@@ -239,7 +244,8 @@ def classify(pod: Mapping[str, Any], now: datetime, nodes: Mapping[str, NodeView
         created=created,
         ended_at=_time(terminated.get("finishedAt")),
         terminating=deletion_due is not None,
-        unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
+        unschedulable=(scheduled.get("status"), scheduled.get("reason")) == ("False", "Unschedulable")
+        or (facts.kueue_gated and state == PodState.PENDING),
         stuck=stuck_at is not None and now >= stuck_at,
         recheck_at=min((t for t in (node_lost_at, image_error_at, stuck_at) if t and t > now), default=None),
         disruption=_disruption(conditions, node, nodes) if matters else "",
