@@ -99,3 +99,11 @@ def deleted(plan: Plan) -> list[str]:
 
 def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in job["status"]["conditions"] if c["type"] == type_), None)
+
+
+def invalid_for_now(plan: Plan) -> str:
+    """The message of a pass that holds the job Invalid until the cluster has what it lacks: no pods, and
+    looked at again in 30 s (core/network.py's RECHECK_SECONDS)."""
+    assert plan.status is not None and plan.status["phase"] == "Invalid" and not plan.create, plan.status
+    assert plan.requeue_after == 30.0
+    return str(next(c for c in plan.status["conditions"] if c["type"] == "Invalid")["message"])

@@ -73,9 +73,16 @@ def test_the_a4x_example_holds_its_four_gpus_on_arm_nodes_with_its_compute_domai
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_without_the_networks_auto_runs_it_over_tcp(example: Path) -> None:
-    plan = plan_for(stored(example), [], NOW, networks=frozenset())
-    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP"
+def test_without_the_networks_auto_runs_it_over_tcp_or_holds_it_where_it_may_not_fall_back(
+    example: Path,
+) -> None:
+    job = stored(example)
+    plan = plan_for(job, [], NOW, networks=frozenset())
+    assert plan.status is not None
+    if (job["spec"].get("nccl") or {}).get("networkFallback") == "Never":
+        assert plan.status["phase"] == "Invalid" and not plan.create
+        return
+    assert plan.status["nccl"]["profile"] == "TCP"
     assert all("networking.gke.io/interfaces" not in p["metadata"]["annotations"] for p in plan.create)
 
 

@@ -13,7 +13,7 @@ from dtjob.core.gke import NetworkChoice, choose
 from dtjob.core.plan import Event
 from dtjob.core.world import Needs
 from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
-from tests.support.plan import needs_for, plan_for
+from tests.support.plan import invalid_for_now, needs_for, plan_for
 
 H100 = {"type": "nvidia-h100-80gb", "count": 8}
 TCPX_NETWORKS = frozenset({"vpc1", "vpc2", "vpc3", "vpc4"})
@@ -113,15 +113,33 @@ def test_an_explicit_profile_without_its_networks_is_invalid_naming_them_and_rec
 ):
     job = two_h100_pods(nccl={"profile": "GPUDirectTCPXO"})
     plan = plan_for(job, [], NOW, networks=frozenset({"vpc1", "vpc2"}))
-    assert plan.status is not None and plan.status["phase"] == "Invalid" and not plan.create
-    invalid = next(c for c in plan.status["conditions"] if c["type"] == "Invalid")
-    assert invalid["message"].startswith(
+    assert invalid_for_now(plan).startswith(  # an admin may create them: looked for again soon
         "spec.nccl.profile: GPUDirectTCPXO attaches each pod to the GKE Network objects (networking.gke.io/v1) "
         "vpc3, vpc4, vpc5, vpc6, vpc7, vpc8, which this cluster lacks"
     )
-    assert plan.requeue_after == 30.0  # an admin may create them: looked for again soon
     later = plan_for({**job, "status": plan.status}, [], NOW, networks=GKE_NETWORKS)
     assert later.status is not None and later.status["phase"] != "Invalid" and len(later.create) == 2
+
+
+def test_auto_under_network_fallback_never_waits_invalid_for_the_networks_instead_of_running_over_tcp() -> (
+    None
+):
+    job = two_h100_pods(nccl={"networkFallback": "Never"})
+    plan = plan_for(job, [], NOW, networks=frozenset({"vpc1", "vpc2"}))
+    assert invalid_for_now(plan).startswith(
+        "spec.nccl.networkFallback is Never, and profile Auto would fall back: TCP instead of GPUDirectTCPX "
+        "on nvidia-h100-80gb: the cluster lacks the Network objects (networking.gke.io) vpc3, vpc4"
+    )
+    later = plan_for({**job, "status": plan.status}, [], NOW, networks=TCPX_NETWORKS)
+    assert later.status is not None and later.status["nccl"]["profile"] == "GPUDirectTCPX"
+    assert len(later.create) == 2
+    # A gang GPUDirect would not help is no fallback: it runs over TCP under Never too.
+    half = manifest(("Worker", 2), accelerator={**H100, "count": 4}, nccl={"networkFallback": "Never"})
+    plan = plan_for(half, [], NOW, networks=frozenset())
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP" and len(plan.create) == 2
+    # And the default falls back, as before.
+    plan = plan_for(two_h100_pods(), [], NOW, networks=frozenset({"vpc1", "vpc2"}))
+    assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP" and len(plan.create) == 2
 
 
 def test_jobs_without_gpus_or_with_an_explicit_tcp_profile_record_no_choice() -> None:

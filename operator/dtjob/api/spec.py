@@ -58,8 +58,9 @@ class NcclProfileName(StrEnum):
     DeviceClass mrdma.google.com, and nodes of the machine labelled
     cloud.google.com/gke-networking-dra-driver=true): the pods get their GPU NICs through a DRA claim
     instead.
-    status.nccl says which and why (docs/gke.md). An explicit GPUDirect profile without its Networks (or,
-    for ManagedRDMA, its DeviceClass) is Invalid."""
+    status.nccl says which and why (docs/gke.md); spec.nccl.networkFallback Never holds the job instead of
+    falling back. An explicit GPUDirect profile without its Networks (or, for ManagedRDMA, its DeviceClass)
+    is Invalid."""
 
     AUTO = "Auto"
     TCP = "TCP"
@@ -67,6 +68,17 @@ class NcclProfileName(StrEnum):
     GPUDIRECT_TCPXO = "GPUDirectTCPXO"
     RDMA = "RDMA"
     MANAGED_RDMA = "ManagedRDMA"
+
+
+class NetworkFallback(StrEnum):
+    """What Auto does when the cluster lacks what the machines' GPUDirect profile needs (its Network
+    objects, GKE's installers, a TCPX(O) daemon known to pair with the installed plugin). TCP: run over
+    TCP, with a Warning saying what is missing (NCCL 10-100x slower). Never: do not start; the job is
+    Invalid, saying what is missing, until the cluster has it (looked for again every 30 s). A gang that
+    GPUDirect would not help (pods with part of a machine's GPUs, one GPU pod) runs over TCP either way."""
+
+    TCP = "TCP"
+    NEVER = "Never"
 
 
 class NcclDebug(StrEnum):
@@ -311,6 +323,9 @@ class Nccl(WireModel):
     env: list[EnvVar] = Field(default_factory=list, max_length=64, json_schema_extra=list_map("name"))
     """Extra variables for the trainer container; they win over the profile's defaults of the same name."""
     preflight: Preflight = Preflight()
+    network_fallback: NetworkFallback = NetworkFallback.TCP
+    """Under profile Auto: TCP where the cluster lacks what GPUDirect needs (a Warning says what), or Never
+    (the job waits, Invalid, until the cluster has it). An explicit profile never falls back."""
     daemon_image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
     """The image of the GPUDirect receive-datapath daemon (tcpx-daemon, tcpxo-daemon), taken as set.
     Unset: the operator's, else the pair of the NCCL plugin version the cluster's nccl-tcpx(o)-installer

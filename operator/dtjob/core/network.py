@@ -1,6 +1,7 @@
 """A pass's network step: the NCCL profile of the attempt's GPU pods, chosen once an attempt (and kept in
 status.nccl), or the one recorded for it; a job Invalid for now when the explicit profile it names cannot
-start on this cluster. A pass asks it all at once (`of_pass`)."""
+start on this cluster, or when Auto would fall back to TCP under networkFallback Never. A pass asks it all
+at once (`of_pass`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from dtjob.api import DistributedTrainingJobSpec, JobStatus, NcclChoice, NcclProfileName
+from dtjob.api import DistributedTrainingJobSpec, JobStatus, NcclChoice, NcclProfileName, NetworkFallback
 from dtjob.core.gke import (
     NETWORK_GROUP,
     NetworkChoice,
@@ -95,8 +96,8 @@ def attempt_network(
     gke: GkeFacts,
     daemon_images: Mapping[NcclProfileName, str] | None = None,
 ) -> AttemptNetwork | str:
-    """The attempt's network; or why the explicit profile cannot start here (the job is Invalid until an
-    admin creates what it lacks)."""
+    """The attempt's network; or why the explicit profile cannot start here, or Auto would fall back to
+    TCP under networkFallback Never (the job is Invalid until an admin creates what it lacks)."""
     before = recorded(old)
     if not chooses_network(spec):
         return AttemptNetwork(None, bool(before and before.autopilot), None)
@@ -111,6 +112,15 @@ def attempt_network(
     if (missing := _networks_missing(spec, chosen, networks, classes)) is not None:
         return missing
     chosen = with_daemon(spec, chosen, _daemon_set(spec, chosen.profile, daemon_images), gke.installers)
+    if (
+        chosen.degraded
+        and chosen.profile == NcclProfileName.TCP
+        and spec.nccl.network_fallback == NetworkFallback.NEVER
+    ):
+        return (
+            f"spec.nccl.networkFallback is Never, and profile Auto would fall back: {chosen.reason}. "
+            f"This job looks again every {RECHECK_SECONDS:.0f}s; or set networkFallback TCP"
+        )
     return AttemptNetwork(chosen.profile, chosen.autopilot, chosen, chosen.daemon_image)
 
 
