@@ -29,7 +29,7 @@ from pathlib import Path
 from kubernetes.config import new_client_from_config
 
 from hack import flake_net
-from localcluster import Cluster, controlplane
+from localcluster import Cluster, controlplane, kueue
 from localcluster.layout import Layout
 from tests.support import hygiene, pace
 from tests.support.durations import ARTIFACTS, REPO, Durations, merge
@@ -78,9 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     keep = os.environ.get("DTJOB_KEEP_CLUSTER") == "1"
     disk_check(Layout.from_env())
     probe = pace.probe_seconds()
+    run_pace = os.environ.get(pace.PACE_ENV) or str(pace.pace_of(probe))
     paced = {
-        pace.PACE_ENV: os.environ.get(pace.PACE_ENV) or str(pace.pace_of(probe)),
+        pace.PACE_ENV: run_pace,
         pace.DEADLINE_ENV: str(time.time() + BUDGET_SECONDS),
+        # Kueue's PodsReady timeout is a deadline for a gang's start, on Kueue's clock: paced too.
+        kueue.PODS_READY_TIMEOUT_ENV: str(round(kueue.PODS_READY_TIMEOUT_SECONDS * float(run_pace))),
     }
     print(
         f"[suite] pace {paced[pace.PACE_ENV]} (probe {probe:.3f} s, reference {pace.REFERENCE_PROBE_SECONDS} s)"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -43,14 +44,25 @@ FRAMEWORKS = ("batch/job",)
 
 # waitForPodsReady as platform teams run it (Kueue's "all-or-nothing with ready pods"): an admitted
 # Workload whose pods are not all ready within the timeout is evicted and requeued with a backoff, then
-# deactivated; until then it blocks every other admission. The timeout is Kueue's 5 min cut to the tests'
-# pace; the backoff's base to 1 s (Kueue's default is 60 s) so that a requeue shows within a test.
-WAIT_FOR_PODS_READY: dict[str, Any] = {
-    "enable": True,
-    "timeout": "30s",
-    "blockAdmission": True,
-    "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 1, "backoffBaseSeconds": 1},
-}
+# deactivated; until then it blocks every other admission. The timeout is Kueue's 5 min cut to 30 s, the
+# time a gang's pods take to be ready on an idle machine with a margin; `make test`, which runs the Kueue
+# tests beside the rest of the suite, stretches it by the run's pace (PODS_READY_TIMEOUT_ENV: a gang that
+# ran was evicted at 30 s in a loaded run, 2026-12-07). The backoff's base is 1 s (Kueue's default is
+# 60 s) so that a requeue shows within a test.
+PODS_READY_TIMEOUT_ENV: Final = "DTJOB_KUEUE_PODS_READY_TIMEOUT_SECONDS"
+PODS_READY_TIMEOUT_SECONDS: Final = 30
+
+
+def wait_for_pods_ready() -> dict[str, Any]:
+    """Kueue's waitForPodsReady for the local cluster, its timeout PODS_READY_TIMEOUT_ENV's if set."""
+    timeout = int(os.environ.get(PODS_READY_TIMEOUT_ENV) or PODS_READY_TIMEOUT_SECONDS)
+    return {
+        "enable": True,
+        "timeout": f"{timeout}s",
+        "blockAdmission": True,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 1, "backoffBaseSeconds": 1},
+    }
+
 
 Kubectl = Callable[..., str]
 
@@ -73,7 +85,7 @@ def configuration(cert_dir: Path) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        "waitForPodsReady": WAIT_FOR_PODS_READY,
+        "waitForPodsReady": wait_for_pods_ready(),
         "integrations": {"frameworks": list(FRAMEWORKS), "externalFrameworks": list(EXTERNAL_FRAMEWORKS)},
     }
 
