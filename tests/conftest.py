@@ -31,7 +31,7 @@ from localcluster.layout import Layout
 from tests.support.durations import LOCK_WAIT, DurationReport
 from tests.support.paths import CRD_FILE
 from tests.support.tiers import CURRENT_CLUSTER, at_tier
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, waits_ending_within
 
 # The kubernetes client reads KUBECONFIG once, at import; the operator run in-process (Kopf's login) too.
 os.environ["KUBECONFIG"] = str(
@@ -160,6 +160,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         print(
             f"\n[current] {len(local_only)} tests need this machine's node or kwok's: not run on the current cluster"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """The test's waits end within pytest-timeout's limit for the whole test (pyproject.toml), a tenth
+    of it left for its teardown: one that times out says what it waited for and what there was."""
+    limit = float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+    with waits_ending_within(limit * 0.9) if limit else contextlib.nullcontext():
+        yield
 
 
 @pytest.fixture(autouse=True)

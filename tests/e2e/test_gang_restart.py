@@ -22,7 +22,7 @@ from hack import images
 from hack.examples import fresh_checkpoint_dir
 from localcluster import Cluster
 from tests.support.ddp_digits import STEPS, restart_job, result_line, result_of
-from tests.support.jobs import Jobs, evict
+from tests.support.jobs import Jobs, evict, gang_story
 from tests.support.operator import operator_taking_reports, running_operator
 from tests.support.paths import REPO
 from tests.support.reads import wait_log
@@ -57,8 +57,8 @@ def disrupted_after_a_checkpoint(
     disrupt(core, jobs.namespace, f"{name}-{member}")
     try:
         jobs.wait_condition(name, "Succeeded", timeout=600)
-    except AssertionError:
-        raise AssertionError(f"{name} did not succeed: {jobs.get(name).get('status')}") from None
+    except AssertionError as late:
+        raise AssertionError(f"{name} did not succeed: {late}\n{gang_story(jobs, name)}") from None
     return seen
 
 
@@ -180,15 +180,31 @@ def test_a_hot_spare_takes_the_rank_of_an_evicted_rank_zero_in_its_running_pod(
     job = restart_job(name)
     job["spec"]["runPolicy"]["restartStrategy"] = "InPlace"
     job["spec"]["replicas"][0]["spares"] = 1
+    # The spare starts once the workers have a node and warms up while they train: the run must outlast
+    # that. Alone the gang trains its 1,380 steps in ~18 s; beside four trainings the spare was not yet
+    # counted when the job succeeded (2026-12-07). Rank 1 sleeping 0.05 s a step makes the run at least 69 s.
+    job["spec"]["replicas"][0]["template"]["spec"]["containers"][0]["args"] += [
+        "--slow-rank", "1", "--slow-step-seconds", "0.05"]  # fmt: skip
     spare_name = f"{name}-worker-spare0"
     checkpoints = CheckpointDirectory(fresh_checkpoint_dir(job), keep_last=1)
+
+    def ended_first() -> str | None:
+        status = jobs.get(name).get("status") or {}
+        return (
+            f"the job ended before its spare ran: {status.get('phase')}"
+            if status.get("completionTime")
+            else None
+        )
+
     with operator_taking_reports(cluster_c, namespace, monkeypatch):
         jobs.create(job)
         wait_for(lambda: "a hot spare: waiting for a rank" in _log_or_empty(core, namespace, spare_name),
-                 "the spare to wait for a rank", timeout=300)  # fmt: skip
+                 "the spare to wait for a rank", timeout=300, hopeless=ended_first,
+                 state=lambda: gang_story(jobs, name))  # fmt: skip
         spare = core.read_namespaced_pod(spare_name, namespace)
         wait_for(lambda: (jobs.get(name)["status"]["replicaStatuses"][0].get("sparesRunning") == 1),
-                 "status to count the running spare", timeout=60)  # fmt: skip
+                 "status to count the running spare", timeout=60, hopeless=ended_first,
+                 state=lambda: gang_story(jobs, name))  # fmt: skip
         # Followed as it is written: worker 1 may be deleted once rank 0 has succeeded (cleanPodPolicy Running).
         with ThreadPoolExecutor(max_workers=1) as follower:
             worker_log = follower.submit(

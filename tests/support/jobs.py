@@ -180,6 +180,18 @@ def pod_story(core: client.CoreV1Api, namespace: str, pod: str) -> str:
     )
 
 
+def gang_story(jobs: Jobs, name: str, log_lines: int = 15) -> str:
+    """What a job that does not get on shows: each of its pods' story and last log lines, and its status."""
+    parts = []
+    for pod in jobs.pods(name):
+        try:
+            log = jobs.core.read_namespaced_pod_log(pod.metadata.name, jobs.namespace, tail_lines=log_lines)
+        except client.ApiException as err:
+            log = f"(no log: {err.status} {err.reason})"
+        parts.append(f"{pod_story(jobs.core, jobs.namespace, pod.metadata.name)}\n  log: {log}")
+    return "\n".join([*parts, f"status: {dump(status_of(jobs, name))}"])
+
+
 def still_there(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> bool:
     try:
         return bool(core.read_namespaced_pod(pod.metadata.name, namespace).metadata.uid == pod.metadata.uid)

@@ -16,6 +16,21 @@ T = TypeVar("T")
 # once saying so, instead of at its deadline with nothing about the cause.
 _watched: list[Callable[[], str | None]] = []
 
+# When the running test's own timeout (pytest-timeout's, less a margin for its teardown) runs out, on
+# time.monotonic()'s clock: set by tests/conftest.py. A liveness wait scaled past it would be cut by
+# pytest-timeout with a stack and nothing of what it waited for; it ends here instead, saying what there was.
+_test_ends_at: list[float] = []
+
+
+@contextmanager
+def waits_ending_within(seconds: float) -> Iterator[None]:
+    """Every wait_for inside the block ends, at the latest, `seconds` from now."""
+    _test_ends_at.append(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _test_ends_at.pop()
+
 
 @contextmanager
 def watching(stopped: Callable[[], str | None]) -> Iterator[None]:
@@ -51,6 +66,10 @@ def wait_for(
     if not timing:
         timeout = liveness_timeout(timeout)
     deadline = time.monotonic() + timeout
+    cut = ""
+    if _test_ends_at and _test_ends_at[-1] < deadline:
+        deadline, timeout = _test_ends_at[-1], max(_test_ends_at[-1] - time.monotonic(), 0)
+        cut = ", cut short by the test's own timeout"
     last_error: Exception | None = None
     while True:
         try:
@@ -65,7 +84,7 @@ def wait_for(
             detail = f" (last error: {last_error})" if last_error else ""
             if state is not None:
                 detail += f" (state then: {_state(state)})"
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+            raise AssertionError(f"timed out after {timeout:.0f}s{cut} waiting for {what}{detail}")
         time.sleep(interval)
 
 

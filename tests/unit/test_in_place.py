@@ -198,3 +198,38 @@ def test_a_later_restart_that_recreates_clears_in_place_from_the_stored_status()
     lost = node(ready="False", since="2030-01-01T11:58:00Z")  # every pod's node, silent
     job = after(job, plan_for(job, whole, NOW + timedelta(seconds=4), nodes=[lost]))
     assert job["status"]["attempt"] == 3 and "inPlace" not in job["status"]["lastRestart"]
+
+
+def _kept_one_that_ends(finished: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Attempt 2 of an in-place restart, created at NOW + 4 s with worker 1 kept, which then exits 0 at
+    `finished`: the job and what a later pass sees."""
+    pods = pods_of(IN_PLACE)
+    master, evicted, kept = pods["mnist-master-0"], pods["mnist-worker-0"], pods["mnist-worker-1"]
+    job = restarted([running(master), preempted(evicted), running(kept)])
+    job = after(job, plan_for(job, [running(master), running(kept)], NOW + timedelta(seconds=4)))
+    attempt2 = pods_of(IN_PLACE, attempt=2)
+    attempt2["mnist-worker-0"]["metadata"]["creationTimestamp"] = "2030-01-01T12:00:04Z"
+    ended = exited(attempt2["mnist-worker-1"], 0, finished=finished)
+    return job, [running(attempt2["mnist-master-0"]), running(attempt2["mnist-worker-0"]), ended]
+
+
+def test_a_kept_member_that_exits_as_the_attempt_it_was_kept_from_finishes_makes_the_gang_recreated() -> None:
+    """Rank 0 evicted as the run ended (2026-12-07): worker 1, kept, was moved to attempt 2 as its trainer
+    finished attempt 1 and exited 0. It never joins attempt 2, whose rank 0 waited for it in the rendezvous
+    until its 600 s timeout: the gang is recreated from the checkpoint (not in place: rank 0 is in that
+    rendezvous), the member's end taken as the preemption that began it."""
+    job, children = _kept_one_that_ends("2030-01-01T12:00:05Z")
+    plan = plan_for(job, children, NOW + timedelta(seconds=8))
+    restarting = after(job, plan)
+    status = restarting["status"]
+    assert (status["attempt"], status["restarts"]) == (3, {"failures": 0, "preemptions": 2, "total": 2})
+    assert "inPlace" not in status["lastRestart"], status["lastRestart"]
+    assert status["lastRestart"]["message"].startswith("pod mnist-worker-1: EndedBeforeItsAttempt"), status
+    assert sorted(deleted(plan_for(restarting, children, NOW + timedelta(seconds=9)))) == NAMES
+
+
+def test_a_kept_member_that_ends_well_after_its_attempt_began_is_that_attempts_end() -> None:
+    """A worker ends a little before rank 0 at the end of any run: the job goes on to rank 0's end."""
+    job, children = _kept_one_that_ends("2030-01-01T12:01:00Z")
+    plan = plan_for(job, children, NOW + timedelta(seconds=61))
+    assert plan.delete == plan.create == [] and after(job, plan)["status"]["attempt"] == 2

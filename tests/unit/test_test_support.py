@@ -4,12 +4,14 @@ duration report."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.support import durations, sharing
-from tests.support.waiting import wait_for, watching
+from tests.support.pace import PACE_ENV
+from tests.support.waiting import wait_for, waits_ending_within, watching
 
 
 @pytest.fixture
@@ -118,3 +120,21 @@ def test_a_wait_beside_something_that_stopped_gives_up_at_once_saying_why() -> N
             wait_for(lambda: None, "a checkpoint", timeout=60, interval=0.01, timing=True)
     with pytest.raises(AssertionError, match=r"timed out after 0s waiting for a checkpoint$"):
         wait_for(lambda: None, "a checkpoint", timeout=0.05, interval=0.01, timing=True)
+
+
+def test_a_wait_scaled_past_the_tests_own_timeout_ends_within_it_saying_what_there_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 600 s wait paced to 1,200 s was cut by pytest-timeout (600 s for the whole test) with a stack
+    and not the job's status (2026-12-07)."""
+    monkeypatch.setenv(PACE_ENV, "2")
+    started = time.monotonic()
+    with (
+        waits_ending_within(0.2),
+        pytest.raises(
+            AssertionError,
+            match=r"cut short by the test's own timeout waiting for Succeeded \(state then: Running\)",
+        ),
+    ):
+        wait_for(lambda: None, "Succeeded", timeout=600, interval=0.01, state=lambda: "Running")
+    assert time.monotonic() - started < 5

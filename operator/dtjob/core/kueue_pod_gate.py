@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from dtjob.core.kueue import GROUP
+
 # Kueue's pod integration's gate (Kueue v0.14.0, pkg/controller/jobs/pod/constants/constants.go).
-KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
+KUEUE_ADMISSION_GATE: Final = f"{GROUP}/admission"
 HELD_BY_KUEUES_POD_INTEGRATION: Final = (
     f"held by Kueue's pod integration (scheduling gate {KUEUE_ADMISSION_GATE}), which admits each pod on "
     "its own instead of the gang: add DistributedTrainingJob.v1alpha1.training.dtjob.io to Kueue's "

@@ -11,7 +11,14 @@ from typing import Final
 from dtjob.api import FailureSignature, JobStatus, RestartStrategy, parse_timestamp
 from dtjob.core.decide.decision import MAX_AVOIDED_NODES, Action, Decision, Facts, Fault, Reason
 from dtjob.core.decide.elastic import replace_members
-from dtjob.core.decide.faults import by_end, describe_end, fault_of, vanished
+from dtjob.core.decide.faults import (
+    ENDED_BEFORE_ITS_ATTEMPT,
+    by_end,
+    describe_end,
+    ended_before_its_attempt,
+    fault_of,
+    vanished,
+)
 from dtjob.core.failures import describe, repeated, signatures
 from dtjob.core.observed import (
     ACTIVE_STATES,
@@ -39,7 +46,7 @@ def abnormal_end(facts: Facts) -> Decision | None:
         if m.pod in current and current[m.pod].state in ENDED_ABNORMALLY
     ]
     lost = vanished(facts)
-    if not (ended := ended + lost):
+    if not (ended := ended + lost + ended_before_its_attempt(facts)):
         return None
     decision = replace_members(facts, ended) or _restart_or_fail(facts, by_end(ended))
     return replace(decision, vanished=tuple(pod.name for pod in lost))
@@ -135,9 +142,11 @@ def _failure(facts: Facts, ended: list[PodView], faults: list[FaultOf]) -> Decis
 def _in_place(facts: Facts, ended: list[PodView]) -> bool:
     """runPolicy.restartStrategy InPlace, unless a member's processes may still hold a collective open:
     its node went silent or is gone (NodeLost, or not Ready yet), or it went before its end was seen
-    (Vanished). Their peers may be stuck in that collective: the whole gang is recreated."""
+    (Vanished); or the others wait in a rendezvous for a member that never came (EndedBeforeItsAttempt).
+    Their peers may be stuck in that collective: the whole gang is recreated."""
+    stuck = ("Vanished", ENDED_BEFORE_ITS_ATTEMPT)
     return facts.policy.restart_strategy == RestartStrategy.IN_PLACE and not any(
-        pod.reason == "Vanished" or pod.node_silent for pod in (*ended, *facts.current.values())
+        pod.reason in stuck or pod.node_silent for pod in (*ended, *facts.current.values())
     )
 
 

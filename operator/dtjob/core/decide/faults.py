@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from typing import Final
 
-from dtjob.api import TRAINER_CHECKPOINT_SAVED_EXIT_CODE, RestartPolicy
+from dtjob.api import TRAINER_CHECKPOINT_SAVED_EXIT_CODE, RestartPolicy, parse_timestamp
 from dtjob.core.decide.decision import Facts, Fault
 from dtjob.core.observed import IMAGE_ERRORS, PREEMPTED_CHECKPOINT_SAVED, PodState, PodView
 
@@ -50,6 +52,41 @@ def vanished(facts: Facts) -> list[PodView]:
                 state=PodState.LOST, reason="Vanished", message=message)
         for m in facts.training if m.pod not in facts.current
     ]  # fmt: skip
+
+
+# A kept member's trainer needs longer than this, from the pass that moved its pod to the new attempt, to
+# join that attempt's rendezvous, resume and train to the end; an exit within it (finishedAt has whole
+# seconds) ended the attempt it was kept from.
+KEPT_MEMBER_JOIN_SECONDS: Final = 2.0
+ENDED_BEFORE_ITS_ATTEMPT: Final = "EndedBeforeItsAttempt"
+
+
+def ended_before_its_attempt(facts: Facts) -> list[PodView]:
+    """Pods an in-place restart kept whose trainers exited 0 as the attempt they were kept from ended, just
+    after the pass that moved them to the new one (its rank 0 evicted as the run finished): they never join
+    the new attempt, whose other members wait for them in its rendezvous until it times out. Taken as
+    preempted: the restart ended them, not their code."""
+    status = facts.status
+    last, cost = status.last_restart, status.goodput.last_restart if status.goodput else None
+    if last is None or not last.in_place or cost is None or cost.attempt != status.attempt:
+        return []
+    if cost.created_at is None:
+        return []
+    restarted = parse_timestamp(last.time)
+    joined_by = parse_timestamp(cost.created_at) + timedelta(seconds=KEPT_MEMBER_JOIN_SECONDS)
+    message = (
+        f"it exited 0 as attempt {status.attempt - 1} ended, after it was kept for attempt {status.attempt}, "
+        "which it never joined"
+    )
+    return [
+        replace(pod, state=PodState.PREEMPTED, reason=ENDED_BEFORE_ITS_ATTEMPT, message=message)
+        for pod in facts.current.values()
+        if pod.state == PodState.SUCCEEDED
+        and pod.created is not None
+        and pod.created < restarted
+        and pod.ended_at is not None
+        and pod.ended_at <= joined_by
+    ]
 
 
 def by_end(pods: list[PodView]) -> list[PodView]:
