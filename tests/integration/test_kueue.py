@@ -236,6 +236,64 @@ def test_a_queue_drained_under_a_running_gang_requeues_it_without_spending_max_p
     assert jobs.get("drained")["status"]["restarts"]["total"] == 1  # counted once
 
 
+def test_a_queued_gang_is_admitted_with_its_hot_spare_which_takes_a_preempted_rank_within_the_admission(
+    kueue_cluster: Cluster,
+    operator: KopfRunner,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    queue: str,
+) -> None:
+    """spec.replicas[].spares under Kueue: the spare holds a GPU machine, so the Workload asks for it and
+    the gang is admitted with it. A preempted member's rank goes to the running spare without leaving the
+    admission: the Workload is neither evicted nor admitted again, the ClusterQueue reserves the gang and
+    its spare and no more, and the spare made up behind it runs under the same admission."""
+    job = queued_job("spared", queue)
+    job["spec"]["runPolicy"] = {"restartStrategy": "InPlace"}
+    job["spec"]["torch"] = {"nprocPerNode": 1}  # a spare learns its rank from a file: one process a pod
+    next(r for r in job["spec"]["replicas"] if r["role"] == "Worker")["spares"] = 1
+    jobs.create(job)
+    first = {p.metadata.name: p for p in jobs.wait_pods("spared", 3, phase="Running", timeout=90)}
+    assert "spared-worker-spare0" in first, sorted(first)
+    workload = workload_of(objects, namespace, "spared")
+    assert sum(s["count"] for s in workload["spec"]["podSets"]) == 3, workload["spec"]["podSets"]
+    local_queue = objects.get_namespaced_custom_object(KUEUE, "v1beta1", namespace, "localqueues", queue)
+    cluster_queue = local_queue["spec"]["clusterQueue"]
+
+    def reserved_gpus() -> str:
+        status = objects.get_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", cluster_queue)["status"]
+        return next(
+            str(r["total"])
+            for flavor in status.get("flavorsReservation") or []
+            for r in flavor["resources"]
+            if r["name"] == "nvidia.com/gpu"
+        )
+
+    assert wait_for(lambda: reserved_gpus() == "24", "the gang and its spare reserved", timeout=30,
+                    state=reserved_gpus)  # fmt: skip
+    sim.preempt_pod(core, namespace, "spared-worker-0")
+
+    def taken_over() -> dict[str, str] | None:
+        pods = {p.metadata.name: p for p in jobs.pods("spared")}
+        labels = {n: p.metadata.labels.get("training.dtjob.io/attempt", "spare") for n, p in pods.items()}
+        running = all(p.status.phase == "Running" for p in pods.values())
+        return labels if running and sorted(labels.values()) == ["2", "2", "spare"] else None
+
+    pods = wait_for(taken_over, "attempt 2 with the spare in the lost rank, and a spare behind it", timeout=90,
+                    state=lambda: [(p.metadata.name, p.metadata.labels, p.status.phase) for p in jobs.pods("spared")])  # fmt: skip
+    assert pods["spared-worker-spare0"] == "2" and pods["spared-master-0"] == "2", pods
+    assert "spared-worker-0" not in pods, pods  # no pod was created for the lost rank
+    status = jobs.get("spared")["status"]
+    assert status["restarts"] == {"failures": 0, "preemptions": 1, "total": 1}, status
+    after = workload_of(objects, namespace, "spared")
+    assert after["metadata"]["uid"] == workload["metadata"]["uid"]
+    assert after["status"]["admission"] == workload["status"]["admission"]
+    conditions = {c["type"]: c["status"] for c in after["status"]["conditions"]}
+    assert conditions.get("Admitted") == "True" and conditions.get("Evicted", "False") == "False", conditions
+    assert reserved_gpus() == "24"
+
+
 @contextlib.contextmanager
 def operator_process(namespace: str, log_dir: Path) -> Iterator[Callable[[], None]]:
     """`dtjob run` in processes of its own; yields `crash`: SIGKILL the running one, start the next."""

@@ -4,16 +4,18 @@ per attempt in status.nccl."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from dtjob.api import DistributedTrainingJobSpec, NcclProfileName
 from dtjob.core.gke import NetworkChoice, choose
+from dtjob.core.names import ATTEMPT_LABEL
 from dtjob.core.plan import Event
 from dtjob.core.world import Needs
-from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, running
-from tests.support.plan import invalid_for_now, needs_for, plan_for
+from tests.support.builders import GKE_NETWORKS, NOW, manifest, pods_of, preempted, running
+from tests.support.plan import after, invalid_for_now, needs_for, plan_for
 
 H100 = {"type": "nvidia-h100-80gb", "count": 8}
 TCPX_NETWORKS = frozenset({"vpc1", "vpc2", "vpc3", "vpc4"})
@@ -140,6 +142,26 @@ def test_auto_under_network_fallback_never_waits_invalid_for_the_networks_instea
     # And the default falls back, as before.
     plan = plan_for(two_h100_pods(), [], NOW, networks=frozenset({"vpc1", "vpc2"}))
     assert plan.status is not None and plan.status["nccl"]["profile"] == "TCP" and len(plan.create) == 2
+
+
+def test_under_never_a_restart_after_the_networks_went_waits_invalid_then_resumes_on_gpudirect() -> None:
+    """Each attempt chooses again: attempt 2 of a gang that trained over GPUDirectTCPX, restarted once
+    vpc3 and vpc4 are gone, creates no pods over TCP; it starts over GPUDirect once they are back."""
+    job = two_h100_pods(nccl={"networkFallback": "Never"})
+    first = plan_for(job, [], NOW, networks=TCPX_NETWORKS)
+    job = after(job, first)
+    assert job["status"]["nccl"]["profile"] == "GPUDirectTCPX"
+    pods = pods_of(job)
+    evicted = [running(pods["mnist-worker-0"]), preempted(pods["mnist-worker-1"])]
+    job = after(job, plan_for(job, evicted, NOW + timedelta(seconds=1), networks=TCPX_NETWORKS))
+    assert job["status"]["attempt"] == 2
+    gone = plan_for(job, [], NOW + timedelta(seconds=2), networks=frozenset({"vpc1", "vpc2"}))
+    assert invalid_for_now(gone).startswith(
+        "spec.nccl.networkFallback is Never, and profile Auto would fall back"
+    )
+    back = plan_for(after(job, gone), [], NOW + timedelta(seconds=3), networks=TCPX_NETWORKS)
+    assert back.status is not None and back.status["nccl"]["profile"] == "GPUDirectTCPX"
+    assert [p["metadata"]["labels"][ATTEMPT_LABEL] for p in back.create] == ["2", "2"]
 
 
 def test_jobs_without_gpus_or_with_an_explicit_tcp_profile_record_no_choice() -> None:
