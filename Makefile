@@ -15,7 +15,7 @@ CHECKPOINT_CLAIM ?=
 CURRENT := $(if $(CONTEXT),--context $(CONTEXT)) $(if $(REGISTRY),--registry $(REGISTRY))
 STAGE := python3 -m hack.stages record
 
-.PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test check test-unit test-e2e demo demo-tools demo-images demo-trainer-image demo-operator-image demo-node client-tools venv-core
+.PHONY: help deps venv build test-images cluster-up cluster-down cluster-status lint crd chart-package test check test-unit test-e2e demo demo-tools demo-images client-tools venv-core
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -101,7 +101,7 @@ ifeq ($(CLUSTER),current)
 	@$(MAKE) --no-print-directory -j3 client-tools demo-images || { python3 -m hack.stages table; exit 1; }
 	$(PY) -m hack.demo --cluster current $(CURRENT) $(if $(CHECKPOINT_CLAIM),--checkpoint-claim $(CHECKPOINT_CLAIM))
 else
-	@$(MAKE) --no-print-directory -j3 demo-node demo-operator-image || { python3 -m hack.stages table; exit 1; }
+	@$(MAKE) --no-print-directory -j3 demo-tools demo-images || { python3 -m hack.stages table; exit 1; }
 	$(PY) -m hack.demo
 endif
 
@@ -126,13 +126,3 @@ client-tools:
 # cluster do.
 demo-images: deps venv-core
 	$(PY) -m hack.images prebuild dtjob-operator dtjob-trainer-torch --cluster $(CLUSTER)
-
-# On this machine's cluster: the trainer image first (the longest build, beside the Go builds), then the
-# operator's, whose build runs beside the cluster's start and the trainer image's import into the node
-# (demo-node) instead of before them.
-demo-trainer-image: deps venv-core
-	$(PY) -m hack.images prebuild dtjob-trainer-torch
-demo-operator-image: demo-trainer-image
-	$(PY) -m hack.images prebuild dtjob-operator
-demo-node: demo-tools demo-trainer-image
-	$(PY) -m hack.demo --node-only

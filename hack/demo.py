@@ -99,17 +99,13 @@ def train(cluster: Cluster | CurrentCluster, manifest: dict[str, Any], namespace
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.node_only:
-        local_cluster(yaml.safe_load(EXAMPLE.read_text()))
-        return 0
     try:
-        return demo(args)
+        return demo(argv)
     finally:
         stages.print_table()
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def demo(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.demo", description=__doc__)
     parser.add_argument(
         "--cluster",
@@ -124,16 +120,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--operator-namespace", default="dtjob-system")
-    parser.add_argument(
-        "--node-only",
-        action="store_true",
-        help="the local cluster up and the trainer image in it, no more: `make demo` runs this beside the "
-        "operator image's build, and the demo proper finds both there (the stage table keeps their rows)",
-    )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
 
-
-def demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
