@@ -218,8 +218,9 @@ def test_a_kept_member_that_exits_as_the_attempt_it_was_kept_from_finishes_makes
     finished attempt 1 and exited 0. It never joins attempt 2, whose rank 0 waited for it in the rendezvous
     until its 600 s timeout: the gang is recreated from the checkpoint (not in place: rank 0 is in that
     rendezvous), the member's end taken as the preemption that began it."""
-    job, children = _kept_one_that_ends("2030-01-01T12:00:05Z")
-    plan = plan_for(job, children, NOW + timedelta(seconds=8))
+    # Its exit 8 s after the pass that created attempt 2 began: that pass relabels after its creates.
+    job, children = _kept_one_that_ends("2030-01-01T12:00:12Z")
+    plan = plan_for(job, children, NOW + timedelta(seconds=13))
     restarting = after(job, plan)
     status = restarting["status"]
     assert (status["attempt"], status["restarts"]) == (3, {"failures": 0, "preemptions": 2, "total": 2})

@@ -54,10 +54,13 @@ def vanished(facts: Facts) -> list[PodView]:
     ]  # fmt: skip
 
 
-# A kept member's trainer needs longer than this, from the pass that moved its pod to the new attempt, to
-# join that attempt's rendezvous, resume and train to the end; an exit within it (finishedAt has whole
-# seconds) ended the attempt it was kept from.
-KEPT_MEMBER_JOIN_SECONDS: Final = 2.0
+# A kept member's trainer needs longer than this, from the start of the pass that moved its pod to the new
+# attempt (status.goodput.lastRestart.createdAt), to join that attempt's rendezvous, resume and train to
+# the end; an exit within it ended the attempt it was kept from. The pass relabels after its creates, on
+# a loaded control plane seconds after its start (finishedAt has whole seconds), and a kept pod missed
+# here stalls its gang for the rendezvous timeout; one taken wrongly costs a restart that resumes from
+# its checkpoint. So the window is wide.
+KEPT_MEMBER_JOIN_SECONDS: Final = 10.0
 ENDED_BEFORE_ITS_ATTEMPT: Final = "EndedBeforeItsAttempt"
 
 
